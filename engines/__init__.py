@@ -1,0 +1,1 @@
+"""Engines: one module per backend, all behind `engines.base.Engine`."""

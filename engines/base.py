@@ -1,0 +1,84 @@
+"""The one small interface every engine implements (built-in or third-party, named by import path).
+
+The worker drives it: `setup()`; `forward(batch)` for log-probs; `train_step(batch, old_logprobs, step)` for
+each step; `forward(batch)` again. An engine shards the global batch itself according to its layout and
+returns WHOLE tensors (gathered over its ranks) on rank 0; other ranks may return None.
+See docs/engines.md for a worked third-party example.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.faults import FaultPlan
+from harness.schema import Scenario
+from harness.workload import Batch
+
+
+@dataclass(frozen=True, slots=True)
+class EngineContext:
+    """Everything an engine needs to know about its run; built by the worker."""
+
+    scenario: Scenario
+    checkpoint: Path
+    """A loadable HF checkpoint directory."""
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    faults: FaultPlan = field(default_factory=FaultPlan)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.scenario.dtype]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOutputs:
+    """Forward results over the response positions of the whole global batch."""
+
+    logprobs: torch.Tensor
+    """[B, R] fp32 log p(token)."""
+    entropy: torch.Tensor
+    """[B, R] fp32 entropy of the predicted distribution."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    """One optimizer step: the global loss and the gradient norm BEFORE clipping."""
+
+    loss: float
+    grad_norm: float
+
+
+class Engine(ABC):
+    """A training backend under test."""
+
+    def __init__(self, ctx: EngineContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Build the model (from ctx.checkpoint), the parallel wrappers and the optimizer."""
+
+    @abstractmethod
+    def forward(self, batch: Batch) -> TokenOutputs | None:
+        """Log-probs and entropy of the response tokens, no grad. Whole batch on rank 0."""
+
+    @abstractmethod
+    def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput | None:
+        """zero_grad -> forward/backward of the workload loss -> pre-clip grad norm -> clip -> optimizer step.
+        `old_logprobs` is the whole-batch [B, R] output of the first forward. Result on rank 0."""
+
+    def applied_kwargs(self) -> dict[str, Any]:
+        """Every mcore_kwargs / fsdp_kwargs / engine_kwargs key this engine applied, with its effective
+        value, as {'mcore_kwargs': {...}, ...}. A key given but not listed here FAILs the scenario."""
+        return {}
+
+    def teardown(self) -> None:
+        """Release process-group state the engine created (the worker destroys the default group)."""

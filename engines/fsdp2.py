@@ -1,0 +1,131 @@
+"""`fsdp2`: the transformers model under torch FSDP2 `fully_shard` on N ranks, with optional Ulysses
+sequence parallel. Ranks are laid out as (dp, ulysses): FSDP shards over the whole world (as verl does),
+rows are split over dp, the sequence over the ulysses group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from engines import ulysses
+from engines.base import Engine, StepOutput, TokenOutputs
+from engines.hf_common import load_hf_model, make_optimizer
+from harness.losses import logprobs_and_entropy, masked_loss_sum
+from harness.workload import Batch
+
+#: fsdp_kwargs this engine understands -> how each is applied
+FSDP_KWARGS = ("reshard_after_forward", "param_dtype", "reduce_dtype")
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class FSDP2Engine(Engine):
+    def setup(self) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        layout = self.ctx.scenario.layout
+        self.sp = layout.ulysses
+        self.dp = self.ctx.world_size // self.sp
+        self.dp_rank, self.sp_rank = divmod(self.ctx.rank, self.sp)
+        if self.sp > 1:
+            ulysses.register()
+            groups = [dist.new_group(list(range(d * self.sp, (d + 1) * self.sp))) for d in range(self.dp)]
+            ulysses.STATE.group = groups[self.dp_rank]
+        model = load_hf_model(self.ctx, ulysses.ATTN_NAME if self.sp > 1 else "sdpa")
+        self._applied = self._resolve_kwargs(self.ctx.scenario.fsdp_kwargs)
+        mp = MixedPrecisionPolicy(param_dtype=self._applied["param_dtype"],
+                                  reduce_dtype=self._applied["reduce_dtype"])
+        mesh = init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh, mp_policy=mp,
+                        reshard_after_forward=self._applied["reshard_after_forward"])
+        fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=self._applied["reshard_after_forward"])
+        self.model = model
+        self.optimizer = make_optimizer(model.parameters(), self.ctx.scenario.workload)
+
+    def _resolve_kwargs(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Effective settings; unknown keys are left out of applied_kwargs (the propagation check fails them)."""
+        default_dtype = self.ctx.dtype
+        return {
+            "reshard_after_forward": bool(given.get("reshard_after_forward", True)),
+            "param_dtype": _DTYPES[given.get("param_dtype", self.ctx.scenario.dtype)] if given.get("param_dtype")
+            else default_dtype,
+            "reduce_dtype": _DTYPES[given["reduce_dtype"]] if given.get("reduce_dtype") else torch.float32,
+        }
+
+    def applied_kwargs(self) -> dict[str, Any]:
+        known = {k: str(v).replace("torch.", "") if isinstance(v, torch.dtype) else v
+                 for k, v in self._applied.items() if k in self.ctx.scenario.fsdp_kwargs}
+        return {"fsdp_kwargs": known} if known else {}
+
+    # ---- sharding of the global batch -------------------------------------------------------------
+    def _local(self, batch: Batch) -> tuple[Batch, slice]:
+        rows = batch.input_ids.shape[0] // self.dp
+        local = batch.rows(slice(self.dp_rank * rows, (self.dp_rank + 1) * rows))
+        seq = batch.input_ids.shape[1] // self.sp
+        return local, slice(self.sp_rank * seq, (self.sp_rank + 1) * seq)
+
+    def _per_position(self, batch: Batch, values: torch.Tensor) -> torch.Tensor:
+        """[B, R] response-aligned values -> [B, S] aligned with the logits that score them."""
+        out = torch.zeros(batch.input_ids.shape, dtype=values.dtype)
+        out[:, batch.prompt_len - 1:-1] = values
+        return out
+
+    def _score_local(self, local: Batch, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs/entropy for this rank's positions (position i scores token i+1)."""
+        device = self.ctx.device
+        if self.sp > 1:
+            ulysses.STATE.key_padding = local.attention_mask.bool()
+        logits = self.model(input_ids=local.input_ids[:, cols].to(device),
+                            attention_mask=local.attention_mask.to(device) if self.sp == 1 else None,
+                            position_ids=local.position_ids[:, cols].to(device)).logits
+        labels = torch.cat([local.input_ids[:, 1:], torch.zeros_like(local.input_ids[:, :1])], dim=1)
+        return logprobs_and_entropy(logits, labels[:, cols].to(device))
+
+    @torch.no_grad()
+    def forward(self, batch: Batch) -> TokenOutputs | None:
+        self.model.eval()
+        local, cols = self._local(batch)
+        logprobs, entropy = self._score_local(local, cols)
+        pieces = [self._gather(t) for t in (logprobs, entropy)]
+        if self.ctx.rank != 0:
+            return None
+        full_lp, full_ent = (self._assemble(p)[:, batch.prompt_len - 1:-1] for p in pieces)
+        return TokenOutputs(logprobs=full_lp, entropy=full_ent)
+
+    def _gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        parts = [torch.empty_like(tensor) for _ in range(self.ctx.world_size)]
+        dist.all_gather(parts, tensor.contiguous())
+        return [p.float().cpu() for p in parts]
+
+    def _assemble(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """World-ordered (dp-major, sp-minor) pieces -> [B, S]."""
+        rows = [torch.cat(parts[d * self.sp:(d + 1) * self.sp], dim=1) for d in range(self.dp)]
+        return torch.cat(rows, dim=0)
+
+    def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput | None:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        local, cols = self._local(batch)
+        rows = slice(self.dp_rank * local.input_ids.shape[0], (self.dp_rank + 1) * local.input_ids.shape[0])
+        mask = self._per_position(local, local.response_mask.float())[:, cols]
+        old = self._per_position(local, old_logprobs[rows].float())[:, cols]
+        adv = self._per_position(local, local.advantages.float())[:, cols]
+        logprobs, entropy = self._score_local(local, cols)
+        device = self.ctx.device
+        faults = self.ctx.faults
+        normalizer = faults.normalizer(float(batch.response_mask.sum()), float(mask.sum()))
+        loss = masked_loss_sum(self.ctx.scenario.workload, logprobs, entropy, old.to(device), adv.to(device),
+                               mask.to(device), normalizer)
+        # FSDP averages gradients over the world: scale so the sum over ranks is the global token-mean
+        (loss * self.ctx.world_size * faults.loss_scale(step)).backward()
+        faults.scale_grads((p.grad for p in self.model.parameters()), step)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.ctx.scenario.workload.grad_clip)
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        self.optimizer.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        return StepOutput(loss=float(total), grad_norm=float(grad_norm)) if self.ctx.rank == 0 else None

@@ -1,0 +1,1 @@
+"""Backend-parity harness: YAML scenarios -> real engine runs -> parity verdicts."""

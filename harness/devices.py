@@ -1,0 +1,97 @@
+"""The one place that knows each device kind: backend, visible-devices variable, set/sync/seed, memory,
+determinism settings. torch_npu is imported lazily and only for npu (it breaks `import torch` on CPU boxes).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import resource
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceKind:
+    name: str
+    backend: str
+    """torch.distributed backend."""
+    visible_env: str | None
+    """Environment variable that selects the cards a process sees."""
+    determinism_env: dict[str, str] = field(default_factory=dict)
+    """Set in every rank before the backend initialises."""
+
+
+DEVICE_KINDS: dict[str, DeviceKind] = {
+    "cpu": DeviceKind("cpu", "gloo", None),
+    "cuda": DeviceKind("cuda", "nccl", "CUDA_VISIBLE_DEVICES",
+                       {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "NCCL_ALGO": "Ring"}),
+    # Ascend precision recipe (verl / MindSpeed): deterministic HCCL + matmul without K-shift/shuffle.
+    "npu": DeviceKind("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES",
+                      {"HCCL_DETERMINISTIC": "true", "CLOSE_MATMUL_K_SHIFT": "1",
+                       "ATB_MATMUL_SHUFFLE_K_ENABLE": "0", "LCCL_DETERMINISTIC": "1"}),
+}
+
+CPU_MAX_RANKS = int(os.environ.get("PARITY_CPU_MAX_RANKS", "16"))
+
+
+def availability(device: str) -> tuple[int, str | None]:
+    """(number of devices, None) or (0, why this device cannot be used here)."""
+    if device == "cpu":
+        return CPU_MAX_RANKS, None
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return 0, "no CUDA device (torch.cuda.is_available() is False)"
+        return torch.cuda.device_count(), None
+    if device == "npu":
+        if importlib.util.find_spec("torch_npu") is None:
+            return 0, "torch_npu is not installed (needs an Ascend image with CANN)"
+        try:
+            torch_npu = importlib.import_module("torch_npu")
+        except Exception as exc:  # CANN libraries missing, driver absent, ...
+            return 0, f"torch_npu does not import: {type(exc).__name__}: {exc}"
+        if not torch_npu.npu.is_available():
+            return 0, "torch_npu imports but no NPU is visible"
+        return torch_npu.npu.device_count(), None
+    return 0, f"unknown device '{device}'"
+
+
+def device_module(device: str) -> Any:
+    """torch.cuda / torch.npu (after importing torch_npu); None for cpu."""
+    import torch
+
+    if device == "npu":
+        importlib.import_module("torch_npu")
+        return torch.npu
+    return torch.cuda if device == "cuda" else None
+
+
+def prepare_rank(device: str, local_rank: int, seed: int) -> Any:
+    """Apply determinism settings, select this rank's card, seed; returns the torch.device."""
+    import torch
+
+    os.environ.update(DEVICE_KINDS[device].determinism_env)
+    torch.manual_seed(seed)
+    if device == "cpu":
+        return torch.device("cpu")
+    module = device_module(device)
+    module.set_device(local_rank)
+    module.manual_seed_all(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return torch.device(device, local_rank)
+
+
+def synchronize(device: str) -> None:
+    module = device_module(device) if device != "cpu" else None
+    if module is not None:
+        module.synchronize()
+
+
+def peak_memory_bytes(device: str) -> int:
+    """Peak device memory; on CPU the process's peak resident set size."""
+    if device == "cpu":
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return int(device_module(device).max_memory_allocated())

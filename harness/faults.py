@@ -1,0 +1,76 @@
+"""Fault injection: deliberate defects a scenario switches on to prove the comparators catch them.
+
+Each fault mimics a real bug class seen in training engines. Engines consult the plan at the few points
+where such bugs live (loss normalisation, gradient reduction, model config); the worker applies the
+batch- and process-level ones.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.schema import Fault, FaultKind
+
+
+class InjectedCrash(RuntimeError):
+    """Raised by the 'crash' fault."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultPlan:
+    """The faults of one scenario, queried by (kind, rank, step)."""
+
+    faults: tuple[Fault, ...] = ()
+    rank: int = 0
+
+    def active(self, kind: FaultKind, step: int | None = None) -> Fault | None:
+        for fault in self.faults:
+            if fault.kind != kind:
+                continue
+            if fault.rank is not None and fault.rank != self.rank:
+                continue
+            if fault.step is not None and step is not None and fault.step != step:
+                continue
+            return fault
+        return None
+
+    def has(self, kind: FaultKind) -> bool:
+        return any(f.kind == kind for f in self.faults)
+
+    def loss_scale(self, step: int) -> float:
+        """rank_loss_scale: this rank's contribution to the gradient reduction scaled (0 = dropped)."""
+        fault = self.active("rank_loss_scale", step)
+        return fault.factor if fault else 1.0
+
+    def normalizer(self, global_tokens: float, local_tokens: float) -> float:
+        """local_token_norm: divide by this shard's token count instead of the global one."""
+        return max(local_tokens, 1.0) if self.active("local_token_norm") else global_tokens
+
+    def scale_grads(self, grads: Iterable[Any], step: int) -> None:
+        """grad_scale: every gradient multiplied on one step (hidden by Adam and clipping: only the
+        pre-clip grad norm shows it)."""
+        fault = self.active("grad_scale", step)
+        if fault:
+            for grad in grads:
+                if grad is not None:
+                    grad.mul_(fault.factor)
+
+    def patch_hf_config(self, config: Any) -> None:
+        """rope_theta_int: rope_theta truncated to an integer, as `int(config.rope_theta)` would."""
+        if self.active("rope_theta_int"):
+            from harness.models import get_rope_theta, set_rope_theta
+
+            set_rope_theta(config, int(get_rope_theta(config)))
+
+    def before_step(self, step: int) -> None:
+        """crash / hang: a rank dies or blocks at a step (the launcher must contain both)."""
+        if self.active("crash", step):
+            raise InjectedCrash(f"injected crash on rank {self.rank} at step {step}")
+        if self.active("hang", step):
+            print(f"injected hang on rank {self.rank} at step {step} (pid {os.getpid()})", flush=True)
+            while True:
+                time.sleep(60)

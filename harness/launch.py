@@ -1,0 +1,178 @@
+"""Launch the ranks of one run, bounded by a timeout, and report how it ended.
+
+Two launchers, one rank body (`harness.worker.run_rank`):
+- `ForkedLauncher` (default on one node): ranks are forked from a forkserver that imported torch,
+  transformers (and megatron.core) ONCE, so a scenario costs a fork, not a 5-10 s interpreter start. The
+  rendezvous is a TCPStore the parent binds on port 0: no fixed port, no race.
+- `TorchrunLauncher` (multi-node, or `--launcher torchrun`): one torchrun per node with c10d rendezvous.
+A rank that fails ends the run at once (its peers are killed, not left in a collective); a run past its
+timeout is killed with every process of its process groups.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+from harness.schema import Layout
+from harness.worker import RunJob, exit_after, run_rank
+
+LaunchStatus = Literal["ok", "error", "timeout"]
+POLL_S = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchResult:
+    status: LaunchStatus
+    wall_time_s: float
+    error: str | None = None
+    log_tail: str | None = None
+
+
+def tail(path: Path, lines: int = 50) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _kill_group(pid: int | None) -> None:
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _logs_tail(record_dir: Path, failed_rank: int | None) -> str:
+    logs = sorted(record_dir.glob("rank*.log")) + sorted(record_dir.glob("node*.log"))
+    if failed_rank is not None:
+        logs = [record_dir / f"rank{failed_rank}.log"] + [p for p in logs if p.name != f"rank{failed_rank}.log"]
+    return "\n".join(f"--- {p.name}\n{tail(p, 30)}" for p in logs[:2])
+
+
+def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: float) -> None:
+    os.setpgrp()  # its own process group: the launcher kills the whole group
+    log = os.open(Path(job.record_dir) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
+                          timeout=timedelta(seconds=timeout_s))
+    exit_after(run_rank, job, rank, world_size, rank, store)
+
+
+class ForkedLauncher:
+    """Ranks forked from one warm forkserver per harness process."""
+
+    def __init__(self, preload: Sequence[str] = ("torch", "harness.preload")) -> None:
+        self._mp = multiprocessing.get_context("forkserver")
+        self._mp.set_forkserver_preload(list(preload))
+
+    def launch(self, job: RunJob, world_size: int, timeout_s: float) -> LaunchResult:
+        import torch.distributed as dist
+
+        record_dir = Path(job.record_dir)
+        record_dir.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                              timeout=timedelta(seconds=timeout_s))
+        procs = [self._mp.Process(target=_forked_rank, args=(job, r, world_size, store.port, timeout_s),
+                                  daemon=False) for r in range(world_size)]
+        for proc in procs:
+            proc.start()
+        deadline = started + timeout_s
+        try:
+            while True:
+                codes = [p.exitcode for p in procs]
+                failed = next((r for r, c in enumerate(codes) if c not in (None, 0)), None)
+                if failed is not None:
+                    return LaunchResult("error", time.perf_counter() - started,
+                                        f"rank {failed} exited with code {codes[failed]}",
+                                        _logs_tail(record_dir, failed))
+                if all(c == 0 for c in codes):
+                    return LaunchResult("ok", time.perf_counter() - started)
+                if time.perf_counter() > deadline:
+                    return LaunchResult("timeout", time.perf_counter() - started,
+                                        f"killed after its timeout of {timeout_s:g} s",
+                                        _logs_tail(record_dir, None))
+                time.sleep(POLL_S)
+        finally:
+            for proc in procs:
+                _kill_group(proc.pid)
+                proc.join(timeout=5)
+            del store
+
+
+def torchrun_commands(layout: Layout, job_file: Path, master_addr: str, port: int, run_id: str,
+                      python: str = sys.executable) -> list[list[str]]:
+    """One torchrun command per node (node 0 hosts the c10d rendezvous)."""
+    commands = []
+    for node in range(layout.nodes):
+        commands.append([
+            python, "-m", "torch.distributed.run", f"--nnodes={layout.nodes}", f"--node-rank={node}",
+            f"--nproc-per-node={layout.ranks_per_node}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={master_addr}:{port}", f"--rdzv-id={run_id}", "--max-restarts=0",
+            "-m", "harness.worker", "--job", str(job_file)])
+    return commands
+
+
+class TorchrunLauncher:
+    """One torchrun per node on this host (multi-node on loopback for CPU tests; node 0 on real clusters)."""
+
+    def __init__(self, master_addr: str = "127.0.0.1", nodes_here: Sequence[int] | None = None) -> None:
+        self.master_addr = master_addr
+        self.nodes_here = nodes_here
+
+    def launch(self, job: RunJob, layout: Layout, timeout_s: float) -> LaunchResult:
+        record_dir = Path(job.record_dir)
+        record_dir.mkdir(parents=True, exist_ok=True)
+        job_file = record_dir / "job.json"
+        job.to_file(job_file)
+        commands = torchrun_commands(layout, job_file, self.master_addr, free_port(), job.run_id.replace("/", "_"))
+        nodes = list(self.nodes_here) if self.nodes_here is not None else list(range(layout.nodes))
+        started = time.perf_counter()
+        procs = []
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        for node in nodes:
+            log = open(record_dir / f"node{node}.log", "w")  # noqa: SIM115 - closed with the process
+            procs.append((subprocess.Popen(commands[node], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                           start_new_session=True), log))
+        try:
+            while True:
+                codes = [p.poll() for p, _ in procs]
+                failed = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
+                if failed is not None:
+                    return LaunchResult("error", time.perf_counter() - started,
+                                        f"torchrun on node {nodes[failed]} exited with code {codes[failed]}",
+                                        tail(record_dir / f"node{nodes[failed]}.log"))
+                if all(c == 0 for c in codes):
+                    return LaunchResult("ok", time.perf_counter() - started)
+                if time.perf_counter() - started > timeout_s:
+                    return LaunchResult("timeout", time.perf_counter() - started,
+                                        f"killed after its timeout of {timeout_s:g} s",
+                                        tail(record_dir / f"node{nodes[0]}.log"))
+                time.sleep(0.1)
+        finally:
+            for proc, log in procs:
+                _kill_group(proc.pid)
+                proc.wait(timeout=10)
+                log.close()

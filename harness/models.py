@@ -1,0 +1,141 @@
+"""Models a scenario can name: built-in tiny architectures (real HF checkpoints, made once and cached on disk)
+or a local HF checkpoint directory. Shapes are read without importing torch so that validation is instant.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_COMMON: dict[str, Any] = {
+    "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-6, "initializer_range": 0.08, "tie_word_embeddings": False,
+}
+
+#: name -> (transformers config class, overrides). rope_theta differs on purpose: tiny-llama's is fractional
+#: (so a rope_theta truncated to int is observable), tiny-mixtral keeps Mixtral's 1e6 default trap.
+TINY_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
+    "tiny-llama": ("LlamaConfig", {"rope_theta": 12.5}),
+    "tiny-qwen2": ("Qwen2Config", {"rope_theta": 10000.0}),
+    "tiny-qwen3": ("Qwen3Config", {"rope_theta": 10000.0, "tie_word_embeddings": True}),
+    "tiny-qwen3-moe": ("Qwen3MoeConfig", {"rope_theta": 10000.0, "num_experts": 4, "num_experts_per_tok": 2,
+                                           "moe_intermediate_size": 64, "decoder_sparse_step": 1,
+                                           "norm_topk_prob": True, "mlp_only_layers": []}),
+    "tiny-mixtral": ("MixtralConfig", {"rope_theta": 1e6, "num_local_experts": 4, "num_experts_per_tok": 2}),
+}
+
+SEED_FOR_WEIGHTS = 20261130
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """What layout validation needs to know about a model."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    num_experts: int
+    vocab_size: int
+    hidden_size: int
+
+
+def is_tiny(model: str) -> bool:
+    return model in TINY_MODELS
+
+
+def expand_model_path(model: str) -> str:
+    """Expand $VARS and ~ in a checkpoint path; tiny names pass through."""
+    return model if is_tiny(model) else os.path.expanduser(os.path.expandvars(model))
+
+
+def tiny_config_dict(name: str) -> dict[str, Any]:
+    cls, overrides = TINY_MODELS[name]
+    return {"config_class": cls, **_COMMON, **overrides}
+
+
+def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
+    text = cfg.get("text_config", cfg)
+    heads = int(text["num_attention_heads"])
+    return ModelShape(
+        num_layers=int(text["num_hidden_layers"]), num_heads=heads,
+        num_kv_heads=int(text.get("num_key_value_heads") or heads),
+        num_experts=int(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts")
+                        or 0),
+        vocab_size=int(text["vocab_size"]), hidden_size=int(text["hidden_size"]))
+
+
+def model_shape(model: str) -> ModelShape | None:
+    """Shape of a tiny model or of a checkpoint on disk; None when the path has no config.json."""
+    if is_tiny(model):
+        return shape_from_config(tiny_config_dict(model))
+    config_file = Path(expand_model_path(model)) / "config.json"
+    if not config_file.is_file():
+        return None
+    return shape_from_config(json.loads(config_file.read_text()))
+
+
+def model_identity(model: str) -> str:
+    """What a cached reference is keyed on: the tiny config, or the checkpoint's config + weight file stats."""
+    if is_tiny(model):
+        blob = json.dumps(tiny_config_dict(model), sort_keys=True) + str(SEED_FOR_WEIGHTS)
+    else:
+        root = Path(expand_model_path(model))
+        files = sorted(p for p in root.glob("*") if p.suffix in (".json", ".safetensors", ".bin"))
+        blob = "|".join(f"{p.name}:{p.stat().st_size}:{int(p.stat().st_mtime)}" for p in files)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def ensure_checkpoint(model: str, cache_dir: Path) -> Path:
+    """Directory of a loadable HF checkpoint; tiny models are built (seeded) once, under a file lock."""
+    if not is_tiny(model):
+        return Path(expand_model_path(model))
+    target = cache_dir / "models" / f"{model}-{model_identity(model)}"
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "config.json").is_file():
+            _build_tiny(model, target)
+    return target
+
+
+def _build_tiny(name: str, target: Path) -> None:
+    import torch
+    import transformers
+
+    cfg = tiny_config_dict(name)
+    config_cls = getattr(transformers, cfg.pop("config_class"))
+    rope_theta = cfg.pop("rope_theta")
+    config = config_cls(**cfg)
+    set_rope_theta(config, rope_theta)
+    torch.manual_seed(SEED_FOR_WEIGHTS)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp, safe_serialization=True)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+
+
+def get_rope_theta(config: Any) -> float:
+    """rope_theta as a float for transformers 4 (`config.rope_theta`) and 5 (`config.rope_parameters`)."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and "rope_theta" in params:
+        return float(params["rope_theta"])
+    return float(config.rope_theta)
+
+
+def set_rope_theta(config: Any, value: float) -> None:
+    """Write rope_theta where this transformers version reads it."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict):
+        params["rope_theta"] = float(value)
+    if hasattr(config, "rope_theta") or not isinstance(params, dict):
+        config.rope_theta = float(value)

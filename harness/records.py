@@ -1,0 +1,80 @@
+"""RunRecord: what one engine run produced. Metrics as JSON, tensors as safetensors, plus provenance."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+RunStatus = Literal["ok", "error", "timeout", "skipped"]
+TENSOR_KEYS = ("logprobs_before", "entropy_before", "logprobs_after", "response_mask")
+
+
+@dataclass(slots=True)
+class StepRecord:
+    step: int
+    loss: float
+    grad_norm: float
+    """Before clipping."""
+    step_time_s: float
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """One run of one engine on one scenario (or a reference run)."""
+
+    run_id: str
+    scenario_hash: str
+    status: RunStatus
+    steps: list[StepRecord] = field(default_factory=list)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    """logprobs_before / entropy_before / logprobs_after: [B, R] fp32; response_mask: [B, R]."""
+    forward_time_s: float = 0.0
+    peak_memory_bytes: int = 0
+    applied_kwargs: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    log_tail: str | None = None
+    wall_time_s: float = 0.0
+    """Launch to collected record, as the parent saw it."""
+    compute_time_s: float = 0.0
+    """Inside the ranks: setup + forwards + steps."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def metrics_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("tensors")
+        return data
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.tensors:
+            from safetensors.torch import save_file
+
+            save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(directory / "tensors.safetensors"))
+        tmp = directory / "record.json.tmp"
+        tmp.write_text(json.dumps(self.metrics_dict(), indent=1, default=str))
+        tmp.replace(directory / "record.json")
+
+    @classmethod
+    def load(cls, directory: Path) -> RunRecord:
+        data = json.loads((directory / "record.json").read_text())
+        data["steps"] = [StepRecord(**s) for s in data.get("steps", [])]
+        record = cls(**data)
+        tensor_file = directory / "tensors.safetensors"
+        if tensor_file.is_file():
+            from safetensors.torch import load_file
+
+            record.tensors = load_file(str(tensor_file))
+        return record
+
+    @classmethod
+    def failed(cls, run_id: str, scenario_hash: str, status: RunStatus, error: str,
+               log_tail: str | None = None) -> RunRecord:
+        return cls(run_id=run_id, scenario_hash=scenario_hash, status=status, error=error, log_tail=log_tail)

@@ -1,0 +1,232 @@
+"""Typed scenario configuration: what one parity run is.
+
+Parsed with pydantic (`extra="forbid"`) so that a typo is an error, never a silently ignored key.
+Cross-field rules that need no model config live here; rules that need the model's shape live in
+`harness.validate`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Dtype = Literal["fp32", "bf16", "fp16"]
+Device = Literal["cpu", "cuda", "npu"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class Layout(_Strict):
+    """Parallel layout. World size = dp * tp * pp * cp * ulysses; ep and etp borrow from it."""
+
+    dp: int = Field(1, ge=1)
+    """Data-parallel (for fsdp2: fully-shard) degree."""
+    tp: int = Field(1, ge=1)
+    """Tensor-parallel degree."""
+    pp: int = Field(1, ge=1)
+    """Pipeline-parallel degree."""
+    vpp: int = Field(1, ge=1)
+    """Virtual pipeline stages per pipeline rank (interleaved 1F1B); 1 = off."""
+    cp: int = Field(1, ge=1)
+    """Context-parallel degree (Megatron CP)."""
+    ep: int = Field(1, ge=1)
+    """Expert-parallel degree (borrowed from dp*cp*tp/etp, as in Megatron-Core)."""
+    etp: int = Field(1, ge=1)
+    """Expert tensor-parallel degree."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallel (needs tp > 1)."""
+    ulysses: int = Field(1, ge=1)
+    """Ulysses sequence-parallel degree (fsdp2, as verl's FSDP backend does it)."""
+    nodes: int = Field(1, ge=1)
+    """Number of nodes the world spans."""
+    nproc_per_node: int | None = Field(None, ge=1)
+    """Ranks per node; default world_size / nodes."""
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp * self.ulysses
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.nproc_per_node or max(1, self.world_size // self.nodes)
+
+    def tag(self) -> str:
+        """Readable id part: the non-trivial degrees, e.g. 'tp2-pp2-sp' or 'single'."""
+        parts = [f"{name}{getattr(self, name)}" for name in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "ulysses")
+                 if getattr(self, name) > 1]
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.nodes > 1:
+            parts.append(f"{self.nodes}nodes")
+        return "-".join(parts) or "single"
+
+    @model_validator(mode="after")
+    def _check_world(self) -> Layout:
+        if self.nodes * self.ranks_per_node != self.world_size:
+            raise ValueError(
+                f"nodes({self.nodes}) * nproc_per_node({self.ranks_per_node}) != world size {self.world_size} "
+                f"= dp({self.dp}) * tp({self.tp}) * pp({self.pp}) * cp({self.cp}) * ulysses({self.ulysses})")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1 (Megatron splits the sequence over the TP group)")
+        if (self.ep * self.etp) > 1 and (self.dp * self.cp * self.tp) % (self.ep * self.etp):
+            raise ValueError(f"ep({self.ep}) * etp({self.etp}) must divide dp({self.dp}) * cp({self.cp}) * "
+                             f"tp({self.tp}) = {self.dp * self.cp * self.tp}")
+        return self
+
+
+class Workload(_Strict):
+    """The fixed, seeded batch and the training steps every engine runs."""
+
+    batch_size: int = Field(4, ge=1)
+    """Sequences in the global batch."""
+    prompt_len: int = Field(16, ge=1)
+    """Prompt tokens per row (left-padded)."""
+    response_len: int = Field(16, ge=1)
+    """Response tokens per row (right-padded)."""
+    min_prompt_len: int | None = Field(None, ge=1)
+    """Shortest real prompt; rows get seeded lengths in [min, prompt_len]. Default prompt_len // 2."""
+    min_response_len: int | None = Field(None, ge=1)
+    """Shortest real response; default response_len // 2."""
+    seed: int = 1234
+    """Seeds token ids, lengths, advantages and model init."""
+    steps: int = Field(2, ge=1)
+    """Optimizer steps after the first forward."""
+    loss: Literal["grpo", "sft"] = "grpo"
+    """grpo: PPO-clip policy loss with seeded advantages (+ entropy bonus); sft: token cross-entropy."""
+    clip_ratio: float = Field(0.2, gt=0)
+    """PPO clip epsilon."""
+    entropy_coeff: float = Field(0.01, ge=0)
+    """Entropy bonus weight: makes step-1 grpo loss depend on the model (ratio is exactly 1 there)."""
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(1e-3, gt=0)
+    grad_clip: float = Field(1.0, gt=0)
+    """Max grad norm. The harness compares the norm BEFORE clipping."""
+    weight_decay: float = Field(0.0, ge=0)
+
+    @property
+    def seq_len(self) -> int:
+        return self.prompt_len + self.response_len
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> Workload:
+        if self.min_prompt_len is not None and self.min_prompt_len > self.prompt_len:
+            raise ValueError(f"min_prompt_len({self.min_prompt_len}) > prompt_len({self.prompt_len})")
+        if self.min_response_len is not None and self.min_response_len > self.response_len:
+            raise ValueError(f"min_response_len({self.min_response_len}) > response_len({self.response_len})")
+        return self
+
+
+class Tolerance(_Strict):
+    """Per-metric limits; unset fields take the dtype default (see docs/tolerances.md)."""
+
+    logprob_max_abs: float | None = None
+    logprob_mean_abs: float | None = None
+    logprob_p99_abs: float | None = None
+    kl_k3: float | None = None
+    loss_rel: float | None = None
+    grad_norm_rel: float | None = None
+    ratio_mean: float | None = None
+    """Three-way lane: limit on candidate-error / baseline-error for mean-type errors."""
+    ratio_max: float | None = None
+    """Three-way lane: limit on candidate-error / baseline-error for max-type errors."""
+
+
+FaultKind = Literal["grad_scale", "rank_loss_scale", "rope_theta_int", "mask_shift", "local_token_norm",
+                    "tp_allreduce_skip", "pp_stage_grad_scale", "qkv_interleave", "crash", "hang",
+                    "drop_kwarg"]
+
+
+class Fault(_Strict):
+    """A deliberate defect a scenario switches on to prove the harness catches it."""
+
+    kind: FaultKind
+    step: int | None = None
+    """Training step (1-based) the fault hits; None = every step."""
+    rank: int | None = None
+    """Rank the fault hits; None = every rank."""
+    factor: float = 2.0
+    """Scale for grad_scale / rank_loss_scale / pp_stage_grad_scale (0 drops the contribution)."""
+    key: str | None = None
+    """For drop_kwarg: the engine kwarg that is silently not applied."""
+
+
+Reference = Literal["hf_fp32", "single_rank"]
+
+
+class Scenario(_Strict):
+    """One expanded scenario: a model under one engine and layout, compared with one reference."""
+
+    model: str
+    """Built-in tiny architecture (tiny-llama, ...) or a local HF checkpoint directory ($VARS expand)."""
+    strategy: str | None = None
+    """Built-in engine: hf, fsdp2, megatron, mindspeed_megatron, mindspeed_fsdp."""
+    engine: str | None = None
+    """Third-party engine by import path 'package.module:Class' (instead of strategy)."""
+    layout: Layout = Layout()
+    workload: Workload = Workload()
+    dtype: Dtype = "fp32"
+    device: Device = "cpu"
+    reference: Reference | str = "hf_fp32"
+    """hf_fp32 (default), single_rank (same engine on one rank), or 'golden:DIR' (a stored RunRecord)."""
+    baseline: Literal["hf"] | None = None
+    """Three-way lane: judge candidate-error / baseline-error, both against the fp32 reference."""
+    tolerance: Tolerance = Tolerance()
+    timeout: float = Field(300.0, gt=0)
+    """Seconds before the run is killed with all its processes."""
+    marks: tuple[str, ...] = ()
+    """pytest markers, e.g. nightly, pr."""
+    broken: str | None = None
+    """Known broken: listed and collected, not run (like Megatron's mr-broken scope); the reason."""
+    mcore_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Passed to Megatron TransformerConfig / DDP / optimizer settings."""
+    fsdp_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Passed to the FSDP engine (fully_shard / mixed precision settings)."""
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Passed to a third-party engine."""
+    faults: tuple[Fault, ...] = ()
+    name: str | None = None
+    """Optional suffix that makes the id unique (e.g. 'alltoall')."""
+    source: str | None = Field(None, exclude=True)
+    """File the scenario came from (set by the loader)."""
+
+    @field_validator("reference")
+    @classmethod
+    def _check_reference(cls, value: str) -> str:
+        if value not in ("hf_fp32", "single_rank") and not value.startswith("golden:"):
+            raise ValueError(f"unknown reference '{value}': use hf_fp32, single_rank or golden:DIR")
+        return value
+
+    @model_validator(mode="after")
+    def _check_engine(self) -> Scenario:
+        if (self.strategy is None) == (self.engine is None):
+            raise ValueError("give exactly one of 'strategy' (built-in engine) or 'engine' (import path)")
+        if self.engine is not None and ":" not in self.engine:
+            raise ValueError(f"engine '{self.engine}' must be an import path 'package.module:Class'")
+        return self
+
+    @property
+    def engine_label(self) -> str:
+        return self.strategy or (self.engine or "").rsplit(":", 1)[-1]
+
+    @property
+    def id(self) -> str:
+        parts = [self.model.rstrip("/").rsplit("/", 1)[-1], self.engine_label, self.layout.tag(), self.dtype,
+                 self.device]
+        suffix = "".join(f"+{f.kind}" for f in self.faults)
+        if self.name:
+            suffix += f"+{self.name}"
+        return "/".join(parts) + suffix
+
+    def content_hash(self) -> str:
+        """Stable hash of everything that changes the run (not marks, timeout or source)."""
+        data = self.model_dump(mode="json", exclude={"marks", "timeout", "source", "broken", "tolerance"})
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def has_fault(self) -> bool:
+        return bool(self.faults)

@@ -1,0 +1,155 @@
+"""One rank of one run: set up the device and process group, drive the engine through the workload, and
+(on rank 0) write the RunRecord. Used by both launchers: forked ranks and torchrun (`python -m harness.worker`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.faults import FaultPlan
+from harness.schema import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class RunJob:
+    """What every rank of one run needs; JSON-able so torchrun ranks can read it from a file."""
+
+    run_id: str
+    scenario: dict[str, Any]
+    """Scenario.model_dump(mode='json')."""
+    record_dir: str
+    cache_dir: str
+    provenance: dict[str, Any]
+
+    def to_file(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def from_file(cls, path: Path) -> RunJob:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: Any | None) -> None:
+    """Body of one rank. Raises on failure; the caller turns that into a hard exit."""
+    import torch
+    import torch.distributed as dist
+
+    from engines.base import EngineContext
+    from engines.registry import load_engine_class
+    from harness import devices
+    from harness.models import ensure_checkpoint, model_shape
+    from harness.records import RunRecord, StepRecord
+    from harness.workload import build_batch, shift_masks
+
+    scenario = Scenario.model_validate(job.scenario)
+    if scenario.device == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    device = devices.prepare_rank(scenario.device, local_rank, scenario.workload.seed)
+    backend = devices.DEVICE_KINDS[scenario.device].backend
+    if store is not None:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world_size)
+    started = time.perf_counter()
+    faults = FaultPlan(scenario.faults, rank)
+    checkpoint = ensure_checkpoint(scenario.model, Path(job.cache_dir))
+    ctx = EngineContext(scenario=scenario, checkpoint=checkpoint, rank=rank, world_size=world_size,
+                        local_rank=local_rank, device=device, faults=faults)
+    engine = load_engine_class(scenario)(ctx)
+    engine.setup()
+
+    shape = model_shape(scenario.model) or model_shape(str(checkpoint))
+    clean = build_batch(scenario.workload, shape.vocab_size)
+    batch = shift_masks(clean) if faults.has("mask_shift") else clean
+
+    t0 = time.perf_counter()
+    before = engine.forward(batch)
+    devices.synchronize(scenario.device)
+    forward_time = time.perf_counter() - t0
+    old_logprobs = _broadcast(before.logprobs if before is not None else None, rank)
+    steps = []
+    for step in range(1, scenario.workload.steps + 1):
+        faults.before_step(step)
+        t0 = time.perf_counter()
+        out = engine.train_step(batch, old_logprobs, step)
+        devices.synchronize(scenario.device)
+        if rank == 0:
+            steps.append(StepRecord(step=step, loss=out.loss, grad_norm=out.grad_norm,
+                                    step_time_s=time.perf_counter() - t0))
+    after = engine.forward(batch)
+    applied = engine.applied_kwargs()
+    engine.teardown()
+    if rank == 0:
+        record = RunRecord(
+            run_id=job.run_id, scenario_hash=scenario.content_hash(), status="ok", steps=steps,
+            tensors={"logprobs_before": before.logprobs.float(), "entropy_before": before.entropy.float(),
+                     "logprobs_after": after.logprobs.float(), "response_mask": clean.response_mask},
+            forward_time_s=forward_time, peak_memory_bytes=devices.peak_memory_bytes(scenario.device),
+            applied_kwargs=applied, provenance={**job.provenance, **_rank_provenance(scenario.device)},
+            compute_time_s=time.perf_counter() - started)
+        record.save(Path(job.record_dir))
+    dist.barrier()
+
+
+def _broadcast(tensor: Any, rank: int) -> Any:
+    """Rank 0's whole-batch tensor on every rank (engines return results on rank 0 only)."""
+    import torch.distributed as dist
+
+    box = [tensor]
+    dist.broadcast_object_list(box, src=0)
+    return box[0] if rank != 0 else tensor
+
+
+def _rank_provenance(device: str) -> dict[str, Any]:
+    import importlib.metadata as md
+
+    versions = {}
+    for package in ("torch", "transformers", "megatron-core", "torch_npu", "mindspeed"):
+        try:
+            versions[package] = md.version(package)
+        except md.PackageNotFoundError:
+            continue
+    name = socket.gethostname()
+    if device != "cpu":
+        from harness.devices import device_module
+
+        name = device_module(device).get_device_name()
+    return {"versions": versions, "device_name": name, "host": socket.gethostname()}
+
+
+def exit_after(fn: Any, *args: Any) -> None:
+    """Run a rank body; on any exception print it and exit HARD (no barrier, no atexit) so peers are not
+    left waiting in a collective and the launcher sees a non-zero exit at once."""
+    try:
+        fn(*args)
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """torchrun entry: ranks read RANK / WORLD_SIZE / LOCAL_RANK / MASTER_* from the environment."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--job", type=Path, required=True)
+    args = parser.parse_args(argv)
+    job = RunJob.from_file(args.job)
+    env = os.environ
+    exit_after(run_rank, job, int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), None)
+
+
+if __name__ == "__main__":
+    main()

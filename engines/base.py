@@ -80,5 +80,5 @@ class Engine(ABC):
         value, as {'mcore_kwargs': {...}, ...}. A key given but not listed here FAILs the scenario."""
         return {}
 
-    def teardown(self) -> None:
+    def teardown(self) -> None:  # noqa: B027 - optional hook, most engines need nothing
         """Release process-group state the engine created (the worker destroys the default group)."""

@@ -11,6 +11,7 @@ timeout is killed with every process of its process groups.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -55,10 +56,8 @@ def free_port() -> int:
 def _kill_group(pid: int | None) -> None:
     if pid is None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _logs_tail(record_dir: Path, failed_rank: int | None) -> str:

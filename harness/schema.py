@@ -21,6 +21,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
+def model_label(model: str) -> str:
+    """Id part for a model, stable whatever the environment: 'tiny-qwen3', '/ckpt/Qwen3-8B' -> 'Qwen3-8B',
+    '$QWEN3_8B_PATH' -> 'qwen3-8b'."""
+    last = model.rstrip("/").rsplit("/", 1)[-1]
+    if last.startswith("$"):
+        var = last.strip("${}")
+        for suffix in ("_PATH", "_DIR"):
+            var = var.removesuffix(suffix)
+        return var.lower().replace("_", "-")
+    return last
+
+
 class Layout(_Strict):
     """Parallel layout. World size = dp * tp * pp * cp * ulysses; ep and etp borrow from it."""
 
@@ -103,7 +115,9 @@ class Workload(_Strict):
     entropy_coeff: float = Field(0.01, ge=0)
     """Entropy bonus weight: makes step-1 grpo loss depend on the model (ratio is exactly 1 there)."""
     optimizer: Literal["adamw", "sgd"] = "adamw"
-    lr: float = Field(1e-3, gt=0)
+    lr: float = Field(1e-4, gt=0)
+    """Small on purpose: Adam moves every weight by ~lr on step 1 whatever the gradient, so a large lr turns
+    bf16 rounding of near-zero gradients into large after-step differences."""
     grad_clip: float = Field(1.0, gt=0)
     """Max grad norm. The harness compares the norm BEFORE clipping."""
     weight_decay: float = Field(0.0, ge=0)
@@ -215,7 +229,7 @@ class Scenario(_Strict):
 
     @property
     def id(self) -> str:
-        parts = [self.model.rstrip("/").rsplit("/", 1)[-1], self.engine_label, self.layout.tag(), self.dtype,
+        parts = [model_label(self.model), self.engine_label, self.layout.tag(), self.dtype,
                  self.device]
         suffix = "".join(f"+{f.kind}" for f in self.faults)
         if self.name:

@@ -1,0 +1,120 @@
+"""`parity` command line: run, list, report (and plan / migrate for Ascend users).
+
+Exit codes: 0 nothing failed; 1 a scenario FAILed or ERRORed; 2 bad input (never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from harness.errors import ScenarioError
+from harness.options import add_options, run_options
+from harness.runner import Runner
+from harness.selection import DEFAULT_FILES, check_runnable, select
+from harness.validate import skip_reason
+from harness.verdict import Verdict
+from reports import results as results_file
+from reports.publish import publish
+from reports.terminal import progress_line
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _files(args: argparse.Namespace) -> list[Path]:
+    return [Path(f) for f in args.files] or list(DEFAULT_FILES)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    scenarios = select(_files(args), args.k, args.device)
+    if not scenarios:
+        raise ScenarioError(f"no scenario matches -k {args.k!r}" if args.k else "the files hold no scenarios")
+    check_runnable(scenarios)
+    options = run_options(lambda name: getattr(args, name))
+    results_file.reset(options.out_dir)
+    runner = Runner(options, scenarios)
+    started = time.perf_counter()
+    collected: list[dict] = []
+
+    def on_result(verdict: Verdict) -> None:
+        result = verdict.to_json()
+        results_file.append(options.out_dir, result)
+        collected.append(result)
+        print(progress_line(len(collected), len(scenarios), result), flush=True)
+
+    print(f"running {len(scenarios)} scenarios -> {options.out_dir}/", flush=True)
+    runner.run(scenarios, on_result)
+    publish(options.out_dir, collected, time.perf_counter() - started)
+    return EXIT_FAILED if any(r["verdict"] in ("FAIL", "ERROR") for r in collected) else EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    scenarios = select(_files(args), args.k, args.device)
+    for scenario in scenarios:
+        marks = ",".join(scenario.marks)
+        reason = skip_reason(scenario) if args.why else None
+        print(f"{scenario.id}  [{marks}]" + (f"  SKIP: {reason}" if reason else ""))
+    print(f"{len(scenarios)} scenarios", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    try:
+        merged = results_file.load([Path(d) for d in args.dirs])
+    except (FileNotFoundError, ValueError) as exc:
+        raise ScenarioError(f"cannot read results: {exc}") from None
+    out = Path(args.out)
+    if out.resolve() not in [Path(d).resolve() for d in args.dirs]:
+        results_file.reset(out)
+        for result in merged:
+            results_file.append(out, result)
+    publish(out, merged)
+    return EXIT_FAILED if any(r["verdict"] in ("FAIL", "ERROR") for r in merged) else EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parity", description="Backend-parity harness for LLM training engines.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run scenarios and judge them against their references")
+    run.add_argument("files", nargs="*", help=f"scenario YAML files (default: {DEFAULT_FILES[0]})")
+    run.add_argument("-k", help="select scenario ids: substrings with and / or / not")
+    add_options(run.add_argument)
+    run.set_defaults(func=cmd_run)
+    lst = sub.add_parser("list", help="list expanded scenario ids with their marks")
+    lst.add_argument("files", nargs="*")
+    lst.add_argument("-k")
+    lst.add_argument("--device", choices=["cpu", "cuda", "npu"])
+    lst.add_argument("--why", action="store_true", help="also say why a scenario would be skipped here")
+    lst.set_defaults(func=cmd_list)
+    rep = sub.add_parser("report", help="re-render and merge results.jsonl of one or more out dirs (shards)")
+    rep.add_argument("dirs", nargs="+")
+    rep.add_argument("--out", default="parity-report")
+    rep.set_defaults(func=cmd_report)
+    _add_extra_commands(sub)
+    return parser
+
+
+def _add_extra_commands(sub: argparse._SubParsersAction) -> None:
+    """plan / migrate live in their own modules."""
+    import importlib
+
+    for name in ("plan", "migrate"):
+        try:
+            importlib.import_module(f"harness.{name}").add_parser(sub)
+        except ModuleNotFoundError:
+            continue
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ScenarioError as exc:
+        print(f"parity: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

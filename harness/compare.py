@@ -1,0 +1,76 @@
+"""Pure comparison functions: tensors and per-step series in, difference summaries out. No I/O, no verdicts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDiff:
+    """Differences over the real (unpadded) response tokens."""
+
+    max_abs: float
+    mean_abs: float
+    p99_abs: float
+    kl_k3: float
+    """Mean k3 estimate of KL(candidate || reference): exp(r) - r - 1 with r = ref - cand (Schulman)."""
+    tokens: int
+
+
+def token_diff(candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> TokenDiff:
+    if candidate.shape != reference.shape:
+        raise ValueError(f"shape mismatch: candidate {tuple(candidate.shape)} vs reference {tuple(reference.shape)}")
+    keep = mask.bool()
+    cand, ref = candidate.double()[keep], reference.double()[keep]
+    if cand.numel() == 0:
+        raise ValueError("no real response tokens to compare")
+    diff = (cand - ref).abs()
+    log_ratio = ref - cand
+    k3 = torch.exp(log_ratio) - log_ratio - 1
+    return TokenDiff(max_abs=float(diff.max()), mean_abs=float(diff.mean()),
+                     p99_abs=float(torch.quantile(diff, 0.99)), kl_k3=float(k3.mean()), tokens=int(cand.numel()))
+
+
+def rel_diff(candidate: float, reference: float, floor: float = 1e-12) -> float:
+    """|c - r| / max(|r|, floor); NaN or inf in either gives inf (a NaN must never pass a `<=` check)."""
+    if not (math.isfinite(candidate) and math.isfinite(reference)):
+        return math.inf
+    return abs(candidate - reference) / max(abs(reference), floor)
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesDiff:
+    """Relative difference at EVERY step (never a subset); a missing step is inf."""
+
+    per_step: tuple[float, ...]
+
+    @property
+    def worst(self) -> float:
+        return max(self.per_step, default=0.0)
+
+    @property
+    def worst_step(self) -> int:
+        return 1 + max(range(len(self.per_step)), key=self.per_step.__getitem__) if self.per_step else 0
+
+
+def series_rel_diff(candidate: Sequence[float], reference: Sequence[float]) -> SeriesDiff:
+    steps = max(len(candidate), len(reference))
+    values = []
+    for i in range(steps):
+        if i >= len(candidate) or i >= len(reference):
+            values.append(math.inf)
+        else:
+            values.append(rel_diff(candidate[i], reference[i]))
+    return SeriesDiff(tuple(values))
+
+
+def error_ratio(candidate_error: float, baseline_error: float, floor: float) -> float:
+    """Three-way lane (msprobe style): how many times further from fp32 the candidate is than the baseline.
+    `floor` keeps a near-perfect baseline from turning noise into a huge ratio."""
+    if not math.isfinite(candidate_error):
+        return math.inf
+    return candidate_error / max(baseline_error, floor)

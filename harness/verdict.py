@@ -1,0 +1,145 @@
+"""Turn a candidate RunRecord and its reference (and optional baseline) into a Verdict.
+
+All checks are collected before the verdict (Megatron-LM's tolerance objects do the same), and every
+failing check is a reason that names the metric, the step, the observed value and the limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from harness.compare import SeriesDiff, error_ratio, series_rel_diff, token_diff
+from harness.records import RunRecord
+from harness.schema import Scenario
+from harness.tolerances import RATIO_FLOOR_ABS, RATIO_FLOOR_REL, Limits, limits_for
+
+Status = Literal["PASS", "FAIL", "ERROR", "SKIP"]
+PHASES = {"logprobs_before": "log-prob before training", "logprobs_after": "log-prob after the last step",
+          "entropy_before": "entropy before training"}
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    metric: str
+    observed: float
+    limit: float
+    step: int | None = None
+    lane: str = "abs"
+    """abs (vs fp32 reference), rel (relative), ratio (candidate error / baseline error)."""
+
+    @property
+    def passed(self) -> bool:
+        return self.observed <= self.limit  # NaN/inf never pass
+
+    def reason(self) -> str:
+        at = f" at step {self.step}" if self.step is not None else ""
+        return f"{self.metric}{at} = {self.observed:.3g} > limit {self.limit:.3g} ({self.lane})"
+
+
+@dataclass(slots=True)
+class Verdict:
+    id: str
+    status: Status
+    reasons: list[str] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    """strategy, layout, dtype, device, reference, baseline, source file, timings."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "verdict": self.status, "reasons": self.reasons, "metrics": self.metrics,
+                "checks": [asdict(c) | {"passed": c.passed} for c in self.checks], **self.info}
+
+
+def scenario_info(scenario: Scenario) -> dict[str, Any]:
+    return {"strategy": scenario.engine_label, "layout": scenario.layout.tag(), "dtype": scenario.dtype,
+            "device": scenario.device, "reference": scenario.reference, "baseline": scenario.baseline,
+            "source": scenario.source, "marks": list(scenario.marks)}
+
+
+def skipped(scenario: Scenario, reason: str) -> Verdict:
+    return Verdict(scenario.id, "SKIP", [reason], info=scenario_info(scenario))
+
+
+def errored(scenario: Scenario, record: RunRecord, what: str = "candidate") -> Verdict:
+    reason = f"{what} run {record.status}: {record.error}"
+    verdict = Verdict(scenario.id, "ERROR", [reason], info=scenario_info(scenario))
+    verdict.info["log_tail"] = record.log_tail
+    return verdict
+
+
+def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
+          baseline: RunRecord | None = None) -> Verdict:
+    limits = limits_for(scenario.dtype, scenario.tolerance)
+    checks, metrics = _candidate_checks(candidate, reference, limits, baseline)
+    dropped = dropped_kwargs(scenario, candidate)
+    reasons = [c.reason() for c in checks if not c.passed]
+    if dropped:
+        reasons.append(f"dropped engine kwargs: {', '.join(dropped)} (accepted but never applied by the engine)")
+    metrics |= {"step_time_s": _mean([s.step_time_s for s in candidate.steps]),
+                "forward_time_s": candidate.forward_time_s,
+                "peak_memory_mb": candidate.peak_memory_bytes / 2**20,
+                "wall_time_s": candidate.wall_time_s, "compute_time_s": candidate.compute_time_s,
+                "applied_kwargs": candidate.applied_kwargs}
+    info = scenario_info(scenario) | {"provenance": candidate.provenance}
+    return Verdict(scenario.id, "FAIL" if reasons else "PASS", reasons, metrics, checks, info)
+
+
+def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits,
+                      baseline: RunRecord | None) -> tuple[list[Check], dict[str, Any]]:
+    mask = reference.tensors["response_mask"]
+    checks: list[Check] = []
+    metrics: dict[str, Any] = {}
+    for key, label in PHASES.items():
+        diff = token_diff(candidate.tensors[key], reference.tensors[key], mask)
+        base = token_diff(baseline.tensors[key], reference.tensors[key], mask) if baseline else None
+        metrics[key] = asdict(diff)
+        if base is not None:
+            metrics[key]["baseline"] = asdict(base)
+            ratio_mean = error_ratio(diff.mean_abs, base.mean_abs, RATIO_FLOOR_ABS)
+            ratio_max = error_ratio(diff.max_abs, base.max_abs, RATIO_FLOOR_ABS)
+            metrics[key] |= {"ratio_mean": ratio_mean, "ratio_max": ratio_max}
+            checks += [Check(f"{label} mean |Δ| ratio to baseline", ratio_mean, limits.ratio_mean, lane="ratio"),
+                       Check(f"{label} max |Δ| ratio to baseline", ratio_max, limits.ratio_max, lane="ratio")]
+            continue
+        checks += [Check(f"{label} max |Δ|", diff.max_abs, limits.logprob_max_abs),
+                   Check(f"{label} mean |Δ|", diff.mean_abs, limits.logprob_mean_abs)]
+        if key != "entropy_before":
+            checks += [Check(f"{label} p99 |Δ|", diff.p99_abs, limits.logprob_p99_abs),
+                       Check(f"{label} KL k3", diff.kl_k3, limits.kl_k3)]
+    for name, limit in (("loss", limits.loss_rel), ("grad_norm", limits.grad_norm_rel)):
+        ref_series = [getattr(s, name) for s in reference.steps]
+        series = series_rel_diff([getattr(s, name) for s in candidate.steps], ref_series)
+        metrics[f"{name}_rel"] = list(series.per_step)
+        label = "pre-clip grad norm" if name == "grad_norm" else name
+        if baseline is not None:
+            base = series_rel_diff([getattr(s, name) for s in baseline.steps], ref_series)
+            checks += _ratio_series(label, series, base, limits.ratio_max)
+        else:
+            checks += [Check(f"{label} rel diff", value, limit, step=i + 1, lane="rel")
+                       for i, value in enumerate(series.per_step)]
+    metrics["logprob_max_abs"] = max(metrics[k]["max_abs"] for k in ("logprobs_before", "logprobs_after"))
+    metrics["logprob_mean_abs"] = max(metrics[k]["mean_abs"] for k in ("logprobs_before", "logprobs_after"))
+    metrics["loss_rel_max"] = max(metrics["loss_rel"], default=0.0)
+    metrics["grad_norm_rel_max"] = max(metrics["grad_norm_rel"], default=0.0)
+    return checks, metrics
+
+
+def _ratio_series(label: str, series: SeriesDiff, base: SeriesDiff, limit: float) -> list[Check]:
+    return [Check(f"{label} rel diff ratio to baseline", error_ratio(c, b, RATIO_FLOOR_REL), limit, step=i + 1,
+                  lane="ratio") for i, (c, b) in enumerate(zip(series.per_step, base.per_step, strict=False))]
+
+
+def dropped_kwargs(scenario: Scenario, record: RunRecord) -> list[str]:
+    """Keys given in a kwargs block that the engine did not report as applied."""
+    dropped = []
+    for block in ("mcore_kwargs", "fsdp_kwargs", "engine_kwargs"):
+        applied = record.applied_kwargs.get(block, {})
+        dropped += [f"{block}.{key}" for key in getattr(scenario, block) if key not in applied]
+    return dropped
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan

@@ -1,0 +1,45 @@
+"""summary.md and the GitHub step summary: the table, then why each non-PASS row is what it is."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from reports.pivot import strategy_pivot
+from reports.table import overhead_line, parity_table, reasons_block, summary_line
+
+
+def render(results: list[dict[str, Any]], wall_s: float | None = None, title: str = "Parity results") -> str:
+    lines = [f"## {title}", "", summary_line(results, wall_s), ""]
+    if overhead := overhead_line(results):
+        lines += [overhead, ""]
+    lines += [parity_table(results), ""]
+    pivot = strategy_pivot(results)
+    if pivot:
+        lines += ["### Max |Δ log-prob| vs reference, strategies side by side", "", pivot, ""]
+    details = reasons_block(results)
+    if details:
+        lines += ["### Not passing", ""]
+        for run_id, verdict, reasons in details:
+            lines.append(f"- **{verdict}** `{run_id}`")
+            lines += [f"  - {reason}" for reason in reasons[:8]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_summary(out_dir: Path, text: str) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "summary.md"
+    path.write_text(text)
+    return path
+
+
+def append_step_summary(text: str) -> bool:
+    """Append to $GITHUB_STEP_SUMMARY when running under GitHub Actions."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return False
+    with open(target, "a") as handle:
+        handle.write(text + "\n")
+    return True

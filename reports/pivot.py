@@ -1,0 +1,25 @@
+"""Cross-strategy view: one row per (model, dtype), one column per strategy/layout, cells = max |Δ log-prob|."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+
+def strategy_pivot(results: list[dict[str, Any]]) -> str:
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    columns: list[str] = []
+    for result in results:
+        value = (result.get("metrics") or {}).get("logprob_max_abs")
+        if value is None or "+" in result["id"]:  # fault-injection twins are not parity data
+            continue
+        model = result["id"].split("/", 1)[0]
+        column = f"{result.get('strategy')} {result.get('layout')}"
+        if column not in columns:
+            columns.append(column)
+        cells.setdefault((model, result.get("dtype", "-")), {})[column] = f"{value:.1e} {result['verdict'][0]}"
+    if len({c.split()[0] for c in columns}) < 2:
+        return ""
+    rows = [[model, dtype, *(cells[(model, dtype)].get(c, "") for c in columns)] for (model, dtype) in cells]
+    return tabulate(rows, headers=["model", "dtype", *columns], tablefmt="github", disable_numparse=True)

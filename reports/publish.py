@@ -1,0 +1,21 @@
+"""Everything that happens once a run ends, shared by the CLI and the pytest plugin."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from reports.markdown import append_step_summary, render, write_summary
+from reports.terminal import print_report
+
+
+def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None = None,
+            stream: TextIO = sys.stdout) -> Path:
+    """Terminal table, OUT/summary.md, and $GITHUB_STEP_SUMMARY when set. Returns the summary path."""
+    print_report(results, wall_s, stream)
+    text = render(results, wall_s)
+    path = write_summary(out_dir, text)
+    append_step_summary(text)
+    print(f"summary: {path}  results: {out_dir / 'results.jsonl'}", file=stream)
+    return path

@@ -1,0 +1,29 @@
+"""Terminal output: one progress line per finished scenario, then the table and the reasons."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from reports.table import overhead_line, parity_table, reasons_block, summary_line
+
+
+def progress_line(index: int, total: int, result: dict[str, Any]) -> str:
+    m = result.get("metrics") or {}
+    timing = f" {m['wall_time_s']:.1f}s" if m.get("wall_time_s") else ""
+    first = (result.get("reasons") or [""])[0]
+    detail = f" — {first}" if result["verdict"] != "PASS" and first else ""
+    return f"[{index}/{total}] {result['verdict']:<5} {result['id']}{timing}{detail}"
+
+
+def print_report(results: list[dict[str, Any]], wall_s: float | None = None, stream: TextIO = sys.stdout) -> None:
+    print("", file=stream)
+    print(parity_table(results, fmt="simple"), file=stream)
+    print("", file=stream)
+    for run_id, verdict, reasons in reasons_block(results):
+        print(f"{verdict} {run_id}", file=stream)
+        for reason in reasons[:8]:
+            print(f"    {reason}", file=stream)
+    if overhead := overhead_line(results):
+        print(overhead, file=stream)
+    print(summary_line(results, wall_s), file=stream)

@@ -1,0 +1,19 @@
+"""`megatron`: a Megatron-Core GPTModel trained by Megatron's own schedules, DDP and optimizer.
+
+`MegatronEngine` is imported lazily so that `engines.megatron.rules` (layout validation) stays free of torch and
+megatron imports; to warm a forkserver with Megatron, preload `engines.megatron.engine`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MegatronEngine"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MegatronEngine":
+        from engines.megatron.engine import MegatronEngine
+
+        return MegatronEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

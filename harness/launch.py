@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -38,6 +38,8 @@ class LaunchResult:
     wall_time_s: float
     error: str | None = None
     log_tail: str | None = None
+    pids: tuple[int, ...] = ()
+    """Process ids the launcher started (all dead when launch() returns)."""
 
 
 def tail(path: Path, lines: int = 50) -> str:
@@ -61,10 +63,28 @@ def _kill_group(pid: int | None) -> None:
 
 
 def _logs_tail(record_dir: Path, failed_rank: int | None) -> str:
+    """The failing rank's log first (or every rank's, for a timeout), 30 lines each."""
     logs = sorted(record_dir.glob("rank*.log")) + sorted(record_dir.glob("node*.log"))
     if failed_rank is not None:
         logs = [record_dir / f"rank{failed_rank}.log"] + [p for p in logs if p.name != f"rank{failed_rank}.log"]
     return "\n".join(f"--- {p.name}\n{tail(p, 30)}" for p in logs[:2])
+
+
+def wait_all(
+    polls: list[Callable[[], int | None]], labels: list[str], deadline: float,
+    log_tail: Callable[[int | None], str], deadline_s: float = 0.0,
+) -> tuple[LaunchStatus, str | None, str | None]:
+    """Wait until every process exits 0, one exits non-zero (error at once), or the deadline passes."""
+    while True:
+        codes = [poll() for poll in polls]
+        failed = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
+        if failed is not None:
+            return "error", f"{labels[failed]} exited with code {codes[failed]}", log_tail(failed)
+        if all(c == 0 for c in codes):
+            return "ok", None, None
+        if time.perf_counter() > deadline:
+            return "timeout", f"killed after its timeout ({deadline_s:g} s)", log_tail(None)
+        time.sleep(POLL_S)
 
 
 def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: float) -> None:
@@ -83,6 +103,8 @@ class ForkedLauncher:
     """Ranks forked from one warm forkserver per harness process."""
 
     def __init__(self, preload: Sequence[str] = ("torch", "harness.preload")) -> None:
+        # ranks leave through os._exit, so the resource tracker would warn about semaphores it still tracks
+        os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
         self._mp = multiprocessing.get_context("forkserver")
         self._mp.set_forkserver_preload(list(preload))
 
@@ -98,27 +120,17 @@ class ForkedLauncher:
                                   daemon=False) for r in range(world_size)]
         for proc in procs:
             proc.start()
-        deadline = started + timeout_s
+        pids = tuple(p.pid for p in procs if p.pid is not None)
         try:
-            while True:
-                codes = [p.exitcode for p in procs]
-                failed = next((r for r, c in enumerate(codes) if c not in (None, 0)), None)
-                if failed is not None:
-                    return LaunchResult("error", time.perf_counter() - started,
-                                        f"rank {failed} exited with code {codes[failed]}",
-                                        _logs_tail(record_dir, failed))
-                if all(c == 0 for c in codes):
-                    return LaunchResult("ok", time.perf_counter() - started)
-                if time.perf_counter() > deadline:
-                    return LaunchResult("timeout", time.perf_counter() - started,
-                                        f"killed after its timeout of {timeout_s:g} s",
-                                        _logs_tail(record_dir, None))
-                time.sleep(POLL_S)
+            status, error, log_tail = wait_all([lambda p=p: p.exitcode for p in procs],
+                                               [f"rank {r}" for r in range(world_size)], started + timeout_s,
+                                               lambda i: _logs_tail(record_dir, i), timeout_s)
         finally:
             for proc in procs:
                 _kill_group(proc.pid)
                 proc.join(timeout=5)
             del store
+        return LaunchResult(status, time.perf_counter() - started, error, log_tail, pids)
 
 
 def torchrun_commands(layout: Layout, job_file: Path, master_addr: str, port: int, run_id: str,
@@ -156,22 +168,12 @@ class TorchrunLauncher:
             procs.append((subprocess.Popen(commands[node], stdout=log, stderr=subprocess.STDOUT, env=env,
                                            start_new_session=True), log))
         try:
-            while True:
-                codes = [p.poll() for p, _ in procs]
-                failed = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
-                if failed is not None:
-                    return LaunchResult("error", time.perf_counter() - started,
-                                        f"torchrun on node {nodes[failed]} exited with code {codes[failed]}",
-                                        tail(record_dir / f"node{nodes[failed]}.log"))
-                if all(c == 0 for c in codes):
-                    return LaunchResult("ok", time.perf_counter() - started)
-                if time.perf_counter() - started > timeout_s:
-                    return LaunchResult("timeout", time.perf_counter() - started,
-                                        f"killed after its timeout of {timeout_s:g} s",
-                                        tail(record_dir / f"node{nodes[0]}.log"))
-                time.sleep(0.1)
+            status, error, log_tail = wait_all(
+                [p.poll for p, _ in procs], [f"torchrun on node {n}" for n in nodes], started + timeout_s,
+                lambda i: tail(record_dir / f"node{nodes[i or 0]}.log"), timeout_s)
         finally:
             for proc, log in procs:
                 _kill_group(proc.pid)
                 proc.wait(timeout=10)
                 log.close()
+        return LaunchResult(status, time.perf_counter() - started, error, log_tail, tuple(p.pid for p, _ in procs))

@@ -1,0 +1,169 @@
+"""pytest plugin (entry point `pytest11: parity`): scenario YAML files become test items.
+
+`pytest -m nightly` collects `scenarios/*.yaml` (ini `parity_scenario_dirs`), one item per scenario id,
+with the scenario's marks as pytest markers; `-k` works on ids. Each item runs through the same Runner as
+`parity run`; the parity table is printed and written when the session ends; metrics go into JUnit XML
+properties. This module is wiring only: running, judging and rendering live elsewhere.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.errors import ScenarioError
+from harness.matrix import load_file
+from harness.options import add_options, run_options
+from harness.runner import Runner
+from harness.schema import Scenario
+from harness.selection import with_device
+from harness.validate import check_environment, check_scenario, skip_reason
+from harness.verdict import Verdict
+
+MARKERS = {
+    "nightly": "scenario runs in the nightly matrix",
+    "pr": "scenario runs on every pull request (CPU)",
+    "broken": "scenario is known broken: listed, not run",
+    "npu": "needs an Ascend NPU",
+    "cuda": "needs a CUDA GPU",
+}
+JUNIT_METRICS = ("logprob_max_abs", "logprob_mean_abs", "loss_rel_max", "grad_norm_rel_max", "step_time_s",
+                 "peak_memory_mb")
+
+
+class ParitySession:
+    """Per-pytest-session state: the Runner (built on first use, knowing every collected scenario) and results."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.options = run_options(lambda name: config.getoption(f"parity_{name}"))
+        self.scenarios: list[Scenario] = []
+        self.results: list[dict[str, Any]] = []
+        self._runner: Runner | None = None
+        self._started = time.perf_counter()
+
+    def run(self, scenario: Scenario) -> Verdict:
+        if self._runner is None:
+            from reports import results as results_file
+
+            results_file.reset(self.options.out_dir)
+            self._runner = Runner(self.options, self.scenarios)
+        verdict = self._runner.run_scenario(scenario)
+        self.record(verdict)
+        return verdict
+
+    def record(self, verdict: Verdict) -> None:
+        from reports import results as results_file
+
+        result = verdict.to_json()
+        results_file.append(self.options.out_dir, result)
+        self.results.append(result)
+
+    def publish(self, terminal: Any) -> None:
+        if not self.results:
+            return
+        import io
+
+        from reports.publish import publish
+
+        buffer = io.StringIO()
+        publish(self.options.out_dir, self.results, time.perf_counter() - self._started, stream=buffer)
+        terminal.write_sep("=", "parity summary")
+        terminal.write(buffer.getvalue())
+
+
+SESSION = pytest.StashKey[ParitySession]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("parity", "backend-parity scenarios")
+    add_options(group.addoption, "parity-")
+    parser.addini("parity_scenario_dirs", "directories whose *.yaml files are scenario files", type="paths",
+                  default=[])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    config.stash[SESSION] = ParitySession(config)
+
+
+def _scenario_dirs(config: pytest.Config) -> list[Path]:
+    dirs = config.getini("parity_scenario_dirs") or [config.rootpath / "scenarios"]
+    return [Path(d).resolve() for d in dirs]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix not in (".yaml", ".yml"):
+        return None
+    explicit = any(Path(str(arg).split("::")[0]).resolve() == file_path.resolve() for arg in parent.config.args)
+    if explicit or file_path.resolve().parent in _scenario_dirs(parent.config):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ScenarioFile(pytest.File):
+    def collect(self) -> list[ScenarioItem]:
+        try:
+            scenarios = with_device(load_file(self.path), self.config.getoption("parity_device"))
+            for scenario in scenarios:
+                check_scenario(scenario)
+        except ScenarioError as exc:
+            raise self.CollectError(str(exc)) from None
+        session = self.config.stash[SESSION]
+        items = []
+        for scenario in scenarios:
+            session.scenarios.append(scenario)
+            item = ScenarioItem.from_parent(self, name=scenario.id, scenario=scenario)
+            for mark in scenario.marks:
+                item.add_marker(mark)
+            if scenario.broken:
+                item.add_marker("broken")
+            items.append(item)
+        return items
+
+
+class ParityFailure(Exception):
+    def __init__(self, verdict: Verdict) -> None:
+        self.verdict = verdict
+        super().__init__(verdict.status)
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scenario = scenario
+
+    def runtest(self) -> None:
+        session = self.config.stash[SESSION]
+        if (reason := skip_reason(self.scenario)) is None:
+            check_environment(self.scenario)
+        verdict = session.run(self.scenario)
+        for key in JUNIT_METRICS:
+            if key in verdict.metrics:
+                self.user_properties.append((key, verdict.metrics[key]))
+        self.user_properties.append(("verdict", verdict.status))
+        if verdict.status == "SKIP":
+            pytest.skip(reason or "; ".join(verdict.reasons))
+        if verdict.status != "PASS":
+            raise ParityFailure(verdict)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ParityFailure):
+            verdict = excinfo.value.verdict
+            lines = [f"{verdict.status} {verdict.id}", *(f"  {r}" for r in verdict.reasons)]
+            if tail := verdict.info.get("log_tail"):
+                lines += ["  log tail:", *(f"    {line}" for line in tail.splitlines()[-30:])]
+            return "\n".join(lines)
+        if isinstance(excinfo.value, ScenarioError):
+            return f"bad scenario input: {excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"scenario {self.scenario.id}"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    config.stash[SESSION].publish(terminalreporter)

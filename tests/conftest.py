@@ -1,0 +1,46 @@
+"""Shared fixtures: one on-disk cache (tiny checkpoints, references) per test session, and helpers that
+write scenario files and run the CLI in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.runner import Runner, RunOptions
+
+pytest_plugins = ["pytester"]
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("parity-cache")
+
+
+@pytest.fixture(scope="session")
+def runner(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Runner:
+    """A Runner shared by the tests that launch real engines (references are computed once)."""
+    return Runner(RunOptions(out_dir=tmp_path_factory.mktemp("parity-out"), cache_dir=cache_dir))
+
+
+@pytest.fixture
+def write_yaml(tmp_path: Path):
+    def write(text: str, name: str = "scenarios.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return write
+
+
+def run_cli(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`parity ...` in a fresh interpreter, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})

@@ -1,0 +1,72 @@
+"""Every kind of bad input exits 2 with one paragraph naming file, scenario and key — never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import devices
+from harness.cli import main
+from tests.conftest import run_cli
+
+CASES = {
+    "yaml_syntax": ("matrix:\n  - model: tiny-qwen3\n    strategy: [fsdp2\n", ["line 4", "YAML syntax error"]),
+    "unknown_key": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {tpp: 2}}\n",
+                    ["key 'layout.tpp'", "did you mean 'tp'"]),
+    "unknown_top_level_key": ("matrx: []\n", ["key 'matrx'", "did you mean 'matrix'"]),
+    "unknown_strategy": ("matrix:\n  - {model: tiny-qwen3, strategy: minspeed_megatron}\n",
+                         ["key 'strategy'", "did you mean 'mindspeed_megatron'"]),
+    "retired_strategy": ("matrix:\n  - {model: tiny-qwen3, strategy: mindspeed_llm}\n",
+                         ["'mindspeed_llm' is now 'mindspeed_megatron'", "parity migrate"]),
+    "retired_kwargs": ("matrix:\n  - {model: tiny-qwen3, strategy: megatron, llm_kwargs: {a: 1}}\n",
+                       ["'llm_kwargs' was renamed to 'mcore_kwargs'"]),
+    "world_size": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2, nodes: 1, nproc_per_node: 4}}\n",
+                   ["key 'layout'", "nproc_per_node(4) != world size 2"]),
+    "heads_not_divisible": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {ulysses: 4}}\n",
+                            ["key 'layout.ulysses'", "must divide the attention heads (4) and KV heads (2)"]),
+    "tp_heads": ("matrix:\n  - {model: tiny-qwen3, strategy: megatron, layout: {tp: 4}}\n",
+                 ["key 'layout.tp'", "KV heads (2)"]),
+    "layers_not_divisible": ("matrix:\n  - {model: tiny-qwen3, strategy: megatron, layout: {pp: 2, vpp: 4}}\n",
+                             ["key 'layout.pp'", "4 layers, not divisible by pp(2) * vpp(4)"]),
+    "experts_not_divisible": ("matrix:\n  - {model: tiny-qwen3-moe, strategy: megatron, layout: {dp: 3, ep: 3}, "
+                              "workload: {batch_size: 6}}\n", ["key 'layout.ep'", "number of experts (4)"]),
+    "seq_len_not_divisible": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {ulysses: 2}, "
+                              "workload: {prompt_len: 7, response_len: 8}}\n",
+                              ["key 'workload'", "15", "not divisible by ulysses(2)"]),
+    "unsupported_dim": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {tp: 2}}\n",
+                        ["key 'layout.tp'", "'fsdp2' does not implement tp"]),
+    "too_many_ranks": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 32}, "
+                       "workload: {batch_size: 32}}\n", ["key 'layout'", "needs 32 cpu ranks", "only 16"]),
+    "missing_model_path": ("matrix:\n  - {model: /nonexistent/Qwen3-8B, strategy: hf}\n",
+                           ["key 'model'", "/nonexistent/Qwen3-8B", "not a directory"]),
+    "unset_model_env": ("matrix:\n  - {model: $PARITY_TEST_UNSET_VAR, strategy: hf}\n",
+                        ["environment variable PARITY_TEST_UNSET_VAR is not set"]),
+    "bad_dtype": ("matrix:\n  - {model: tiny-qwen3, strategy: hf, dtype: bf61}\n",
+                  ["key 'dtype'", "did you mean 'bf16'"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_exits_2_with_a_located_message(case, write_yaml, capsys, monkeypatch):
+    monkeypatch.setattr(devices, "CPU_MAX_RANKS", 16)
+    text, expected = CASES[case]
+    path = write_yaml(text, f"{case}.yaml")
+    assert main(["run", str(path), "--out", str(path.parent / "out")]) == 2
+    message = capsys.readouterr().err.strip()
+    assert message.startswith("parity: error: file ") and str(path) in message
+    assert len(message.splitlines()) == 1
+    for fragment in expected:
+        assert fragment in message
+    if case not in ("yaml_syntax", "unknown_top_level_key"):
+        assert "scenario " in message
+
+
+def test_a_real_process_exits_2_without_traceback(write_yaml):
+    path = write_yaml(CASES["unknown_key"][0])
+    result = run_cli("run", str(path), "--out", str(path.parent / "out"))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "did you mean 'tp'" in result.stderr
+
+
+def test_missing_file_is_bad_input(tmp_path):
+    result = run_cli("list", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2 and "cannot read scenario file" in result.stderr

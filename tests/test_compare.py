@@ -1,0 +1,126 @@
+"""Comparators and verdicts on synthetic records: each must catch an injected defect."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.compare import error_ratio, rel_diff, series_rel_diff, token_diff
+from harness.records import RunRecord, StepRecord
+from harness.schema import Scenario
+from harness.verdict import dropped_kwargs, judge
+
+
+def make_record(seed: int = 0, losses=(0.5, 0.4), norms=(3.0, 1.0), noise: float = 0.0) -> RunRecord:
+    gen = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(4, 8, generator=gen) * 5
+    mask = torch.ones(4, 8, dtype=torch.long)
+    mask[0, 6:] = 0
+    tensors = {"logprobs_before": logp + noise, "logprobs_after": logp - 0.01 + noise,
+               "entropy_before": -logp + noise, "response_mask": mask}
+    steps = [StepRecord(i + 1, loss, norm, 0.1) for i, (loss, norm) in enumerate(zip(losses, norms, strict=True))]
+    return RunRecord(run_id="x", scenario_hash="h", status="ok", steps=steps, tensors=tensors)
+
+
+SCENARIO = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2})
+
+
+def test_identical_records_pass():
+    verdict = judge(SCENARIO, make_record(), make_record())
+    assert verdict.status == "PASS" and verdict.reasons == []
+    assert verdict.metrics["logprob_max_abs"] == 0.0
+
+
+def test_token_diff_ignores_padding_but_sees_every_real_token():
+    ref = make_record()
+    cand = make_record()
+    cand.tensors["logprobs_before"] = cand.tensors["logprobs_before"].clone()
+    cand.tensors["logprobs_before"][0, 7] += 10.0  # padded position: must not count
+    assert judge(SCENARIO, cand, ref).status == "PASS"
+    cand.tensors["logprobs_before"][3, 7] += 1e-3  # one real token off by 1e-3
+    verdict = judge(SCENARIO, cand, ref)
+    assert verdict.status == "FAIL"
+    assert any(r.startswith("log-prob before training max |Δ| = 0.001") and "limit 5e-05" in r
+               for r in verdict.reasons)
+
+
+def test_token_diff_statistics():
+    ref = torch.zeros(2, 3)
+    cand = torch.tensor([[0.1, 0.0, 0.0], [0.0, 0.0, 0.3]])
+    diff = token_diff(cand, ref, torch.ones(2, 3))
+    assert diff.max_abs == pytest.approx(0.3) and diff.mean_abs == pytest.approx(0.4 / 6)
+    assert diff.kl_k3 == pytest.approx(((math.exp(-0.1) + 0.1 - 1) + (math.exp(-0.3) + 0.3 - 1)) / 6)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        token_diff(torch.zeros(2, 2), ref, torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_grad_norm_defect_on_any_step_is_caught(step):
+    norms = [3.0, 1.0]
+    norms[step - 1] *= 2
+    verdict = judge(SCENARIO, make_record(norms=tuple(norms)), make_record())
+    assert verdict.status == "FAIL"
+    assert verdict.reasons == [f"pre-clip grad norm rel diff at step {step} = 1 > limit 5e-05 (rel)"]
+
+
+def test_loss_defect_names_the_step():
+    verdict = judge(SCENARIO, make_record(losses=(0.5, 0.41)), make_record())
+    assert verdict.reasons == ["loss rel diff at step 2 = 0.025 > limit 2e-05 (rel)"]
+
+
+def test_nan_never_passes():
+    cand = make_record(losses=(0.5, math.nan))
+    cand.tensors["logprobs_after"] = torch.full((4, 8), math.nan)
+    verdict = judge(SCENARIO, cand, make_record())
+    assert verdict.status == "FAIL"
+    assert any("loss rel diff at step 2 = inf" in r for r in verdict.reasons)
+    assert any("log-prob after the last step max |Δ| = nan" in r for r in verdict.reasons)
+
+
+def test_missing_step_fails():
+    cand = make_record(losses=(0.5,), norms=(3.0,))
+    series = series_rel_diff([0.5], [0.5, 0.4])
+    assert series.per_step == (0.0, math.inf) and series.worst_step == 2
+    assert judge(SCENARIO, cand, make_record()).status == "FAIL"
+
+
+def test_rel_diff_and_ratio_edge_cases():
+    assert rel_diff(1.0, 0.0) == pytest.approx(1e12)
+    assert rel_diff(math.inf, 1.0) == math.inf
+    assert error_ratio(1e-6, 0.0, floor=1e-4) == pytest.approx(0.01)
+    assert error_ratio(math.nan, 1.0, floor=1e-4) == math.inf
+
+
+def test_three_way_lane_judges_the_ratio_not_the_absolute_error():
+    bf16 = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2}, dtype="bf16", baseline="hf")
+    ref = make_record()
+    baseline = make_record(noise=0.02)
+    assert judge(bf16, make_record(noise=0.03), ref, baseline).status == "PASS"  # 1.5x the baseline error
+    verdict = judge(bf16, make_record(noise=0.05), ref, baseline)  # 2.5x: worse than the limit of 2
+    assert verdict.status == "FAIL"
+    assert any("mean |Δ| ratio to baseline = 2.5 > limit 2 (ratio)" in r for r in verdict.reasons)
+
+
+def test_tolerance_override_applies():
+    loose = Scenario.model_validate({**SCENARIO.model_dump(), "tolerance": {"grad_norm_rel": 2.0}})
+    assert judge(loose, make_record(norms=(6.0, 1.0)), make_record()).status == "PASS"
+
+
+def test_dropped_kwargs_fail_the_verdict():
+    scenario = Scenario(model="tiny-qwen3", strategy="fsdp2", fsdp_kwargs={"reshard_after_forward": False,
+                                                                            "typo_key": 1})
+    cand = make_record()
+    cand.applied_kwargs = {"fsdp_kwargs": {"reshard_after_forward": False}}
+    assert dropped_kwargs(scenario, cand) == ["fsdp_kwargs.typo_key"]
+    verdict = judge(scenario, cand, make_record())
+    assert verdict.status == "FAIL" and "dropped engine kwargs: fsdp_kwargs.typo_key" in verdict.reasons[0]
+
+
+def test_record_round_trip(tmp_path):
+    record = make_record()
+    record.save(tmp_path)
+    loaded = RunRecord.load(tmp_path)
+    assert loaded.steps == record.steps
+    assert torch.equal(loaded.tensors["logprobs_before"], record.tensors["logprobs_before"])

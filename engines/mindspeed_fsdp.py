@@ -1,0 +1,312 @@
+"""`mindspeed_fsdp`: the transformers model under MindSpeed's own FSDP parallel engine (`mindspeed/fsdp`).
+
+`mindspeed.fsdp.mindspeed_parallel_engine.MindSpeedParallelEngine(config, model)` builds the meshes
+('dp', 'fsdp', 'cp', 'ulysses', 'tp') and ('edp', 'efsdp', 'ep') from a `ParallelEngineConfig`, then applies
+torch TP, expert parallel, recompute and FSDP2 `fully_shard` by module-name patterns. The layout maps to
+it as fsdp=dp, ulysses, tp, ep; the scenario's `fsdp_kwargs` land on the config (`plan_fsdp`, pure, tested on
+CPU) and `applied_kwargs()` reads every one back from the config object MindSpeed built — the check verl lacked
+when `fsdp_kwargs` never reached its engine.
+
+What MindSpeed's engine leaves to its caller, done here: the Ulysses attention exchange (engines/ulysses.py
+over MindSpeed's 'ulysses' group), summing gradients over that group, averaging the gradients of the modules
+FSDP ignores (TP modules when fsdp > 1) over the fsdp group, summing per-head norm gradients (Qwen3 q_norm /
+k_norm) over tp, and a grad norm across DTensors on different meshes.
+Batch sharding and scoring are the fsdp2 engine's (rows over fsdp, sequence over ulysses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from engines import ulysses
+from engines.base import StepOutput
+from engines.fsdp2 import FSDP2Engine
+from engines.hf_common import load_hf_model, make_optimizer
+from engines.mindspeed_megatron import ascend_gaps, scenario_errors
+from harness.losses import masked_loss_sum
+from harness.schema import Scenario
+from harness.workload import Batch
+
+#: module-name patterns (MindSpeed's `{*}` syntax) for the transformers decoder layout
+LAYERS = "model.layers.{*}"
+TP_COLWISE = [f"{LAYERS}.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj")] + \
+             [f"{LAYERS}.mlp.{p}" for p in ("gate_proj", "up_proj")]
+TP_ROWWISE = [f"{LAYERS}.self_attn.o_proj", f"{LAYERS}.mlp.down_proj"]
+EXPERTS = f"{LAYERS}.mlp.experts"
+#: replicated under TP but fed head-sharded activations (Qwen3's per-head RMSNorm): each TP rank's gradient is
+#: a partial sum that no TP style in MindSpeed's plan reduces
+TP_PARTIAL_GRADS = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
+
+_DTYPE_NAMES = ("fp32", "bf16", "fp16")
+
+#: fsdp_kwargs key -> (where it lives in ParallelEngineConfig, check of the value)
+FSDP_KWARGS: dict[str, tuple[tuple[str, ...], Any]] = {
+    "reshard_after_forward": (("fsdp_plan", "apply_modules", LAYERS, "reshard_after_forward"), bool),
+    "param_dtype": (("fsdp_plan", "param_dtype"), _DTYPE_NAMES),
+    "reduce_dtype": (("fsdp_plan", "reduce_dtype"), _DTYPE_NAMES),
+    "output_dtype": (("fsdp_plan", "output_dtype"), _DTYPE_NAMES),
+    "cast_forward_inputs": (("fsdp_plan", "cast_forward_inputs"), bool),
+    "num_to_forward_prefetch": (("fsdp_plan", "num_to_forward_prefetch"), int),
+    "num_to_backward_prefetch": (("fsdp_plan", "num_to_backward_prefetch"), int),
+    "recompute": (("recompute",), bool),
+    "recompute_plan": (("recompute_plan",), list),
+    "ep_dispatcher": (("ep_plan", "dispatcher"), ("eager", "fused", "mc2")),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FSDPEnginePlan:
+    """A scenario as MindSpeed ParallelEngineConfig kwargs, in plain data."""
+
+    config: dict[str, Any]
+    """ParallelEngineConfig kwargs; fsdp_plan / tp_plan / ep_plan as dicts of their dataclass fields."""
+    applied: dict[str, Any]
+    """fsdp_kwargs key -> the value now in `config`."""
+    dropped: tuple[str, ...]
+    """fsdp_kwargs keys this engine does not know: left out of `applied`, so the harness fails the scenario."""
+
+
+# ---- pure translation (runs on CPU, no mindspeed needed) --------------------------------------------------
+def lookup(obj: Any, path: tuple[str, ...]) -> Any:
+    """Follow `path` through dicts and attributes alike (plain plan or the real config object)."""
+    for part in path:
+        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
+    return obj
+
+
+def _assign(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for part in path[:-1]:
+        tree = tree[part]
+    tree[path[-1]] = value
+
+
+def _check_value(key: str, value: Any, check: Any) -> None:
+    if isinstance(check, tuple):
+        ok = value in check
+    elif check is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    elif check is list:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    else:
+        ok = isinstance(value, check)
+    if not ok:
+        want = " / ".join(map(repr, check)) if isinstance(check, tuple) else {
+            int: "an integer >= 0", list: "a list of module-name patterns", bool: "true or false"}[check]
+        raise ValueError(f"fsdp_kwargs.{key}={value!r}: expected {want}")
+
+
+def layout_sizes(scenario: Scenario) -> dict[str, int]:
+    """ParallelEngineConfig parallel sizes. fsdp = dp and data_parallel_size (derived by MindSpeed) = 1. Experts:
+    efsdp = dp/ep so that edp = 1 and MindSpeed's expert gradient divide factor ep*efsdp*edp equals dp."""
+    lay = scenario.layout
+    unsupported = [f"{name}={getattr(lay, name)}" for name in ("pp", "cp", "vpp", "etp") if getattr(lay, name) > 1]
+    if unsupported or lay.sequence_parallel:
+        raise ValueError(f"mindspeed_fsdp cannot take {', '.join(unsupported) or 'sequence_parallel'}: MindSpeed's "
+                         "FSDP engine has no pipeline stages and builds a 'cp' mesh without any context-parallel "
+                         "attention; use layout.ulysses for sequence parallelism")
+    if lay.ep > 1 and (lay.tp > 1 or lay.ulysses > 1):
+        raise ValueError("mindspeed_fsdp: ep > 1 is supported with dp only (tp = ulysses = 1) in this engine")
+    return {"fully_shard_parallel_size": lay.dp, "tensor_parallel_size": lay.tp, "context_parallel_size": 1,
+            "ulysses_parallel_size": lay.ulysses, "expert_parallel_size": lay.ep,
+            "expert_fully_shard_parallel_size": lay.dp // lay.ep if lay.ep > 1 else 1,
+            "expert_data_parallel_size": 1}
+
+
+def plan_fsdp(scenario: Scenario) -> FSDPEnginePlan:
+    """Layout + fsdp_kwargs -> ParallelEngineConfig kwargs, with the same precision defaults as the fsdp2
+    engine: parameters in the scenario dtype, gradients reduced in fp32."""
+    lay = scenario.layout
+    config: dict[str, Any] = {
+        **layout_sizes(scenario),
+        "fsdp_plan": {"ignored_modules": [], "apply_modules": {LAYERS: {"reshard_after_forward": True}},
+                      "param_dtype": scenario.dtype, "reduce_dtype": "fp32", "output_dtype": None,
+                      "cast_forward_inputs": True, "num_to_forward_prefetch": 0, "num_to_backward_prefetch": 0},
+        "tp_plan": {"colwise_parallel": TP_COLWISE if lay.tp > 1 else [],
+                    "rowwise_parallel": TP_ROWWISE if lay.tp > 1 else [], "sequence_parallel": []},
+        # experts fully sharded on 'efsdp' by themselves: MindSpeed's default (the parent `mlp`) would put the
+        # router there too, whose gradient then misses the sum over the ep group
+        "ep_plan": {"apply_modules": [EXPERTS] if lay.ep > 1 else [], "dispatcher": "eager",
+                    "apply_efsdp_modules": [EXPERTS] if lay.ep > 1 else []},
+        "recompute": False,
+        "recompute_plan": [],
+    }
+    applied: dict[str, Any] = {}
+    dropped = []
+    for key, value in scenario.fsdp_kwargs.items():
+        if key not in FSDP_KWARGS:
+            dropped.append(key)
+            continue
+        path, check = FSDP_KWARGS[key]
+        _check_value(key, value, check)
+        _assign(config, path, list(value) if isinstance(value, list) else value)
+        applied[key] = value
+    if config["recompute"] and not config["recompute_plan"]:
+        config["recompute_plan"] = [LAYERS]
+    return FSDPEnginePlan(config=config, applied=applied, dropped=tuple(dropped))
+
+
+def missing_requirements(scenario: Scenario) -> str | None:
+    """Why this engine cannot run here (None = it can): the reason a scenario is SKIPPED with."""
+    gaps = ascend_gaps(("mindspeed", ("fsdp", "mindspeed_parallel_engine"),
+                        "needs a mindspeed with the mindspeed.fsdp package (MindSpeed's FSDP parallel engine)"))
+    return "; ".join(gaps) or None
+
+
+# ---- the engine ---------------------------------------------------------------------------------------------
+def build_config(plan: FSDPEnginePlan) -> Any:
+    """The real ParallelEngineConfig (its __post_init__ validates and fills the plans)."""
+    from mindspeed.fsdp.parallel_engine_config import EPPlanConfig, FSDPPlanConfig, ParallelEngineConfig, TPPlanConfig
+
+    cfg = plan.config
+    plans = {"fsdp_plan": FSDPPlanConfig(**cfg["fsdp_plan"]), "tp_plan": TPPlanConfig(**cfg["tp_plan"]),
+             "ep_plan": EPPlanConfig(**cfg["ep_plan"])}
+    return ParallelEngineConfig(**{**cfg, **plans})
+
+
+class MindSpeedFSDPEngine(FSDP2Engine):
+    """Reuses the fsdp2 engine's batch sharding and scoring; the model is wrapped by MindSpeed instead."""
+
+    def setup(self) -> None:
+        errors = scenario_errors(self.ctx.scenario)
+        if errors:
+            raise ValueError("; ".join(errors))
+        missing = missing_requirements(self.ctx.scenario)
+        if missing:
+            raise RuntimeError(f"{missing} (the harness should have skipped this scenario)")
+        from mindspeed.fsdp.mindspeed_parallel_engine import MindSpeedParallelEngine
+
+        self.plan = plan_fsdp(self.ctx.scenario)
+        self.ms_config = build_config(self.plan)
+        lay = self.ctx.scenario.layout
+        if lay.ulysses > 1:
+            ulysses.register()
+        model = load_hf_model(self.ctx, ulysses.ATTN_NAME if lay.ulysses > 1 else "sdpa")
+        kv_heads = model.config.num_key_value_heads
+        if kv_heads % (lay.tp * lay.ulysses):
+            raise ValueError(f"mindspeed_fsdp: tp({lay.tp}) * ulysses({lay.ulysses}) must divide the "
+                             f"{kv_heads} KV heads (Ulysses splits the heads TP left on each rank)")
+        if lay.ep > 1:
+            _prepare_experts(model, lay.ep)
+        self.model = MindSpeedParallelEngine(self.ms_config, model)
+        self.state = self.model.parallel_state
+        self.dp, self.sp, self.tp = lay.dp, lay.ulysses, lay.tp
+        self.dp_rank, self.sp_rank = self.state.get_rank("fsdp"), self.state.get_rank("ulysses")
+        if self.sp > 1:
+            ulysses.STATE.group = self.state.get_group("ulysses")
+        self.compute = _compute_context(self.plan, self.ctx.device.type)
+        self.tp_partial = {id(p) for n, p in self.model.named_parameters() if n.endswith(TP_PARTIAL_GRADS)}
+        self.optimizer = make_optimizer(self.model.parameters(), self.ctx.scenario.workload)
+        self.model.apply_optimizer_hook(self.optimizer)
+
+    def applied_kwargs(self) -> dict[str, Any]:
+        """Read back from the config MindSpeed built, not from what was asked for."""
+        known = {key: lookup(self.ms_config, FSDP_KWARGS[key][0]) for key in self.plan.applied}
+        return {"fsdp_kwargs": known} if known else {}
+
+    def teardown(self) -> None:
+        """MindSpeed's ParallelState is a process-wide singleton: forget it so a later engine builds its own."""
+        from mindspeed.fsdp.distributed.parallel_state import ParallelState, Singleton
+
+        Singleton._instances.pop(ParallelState, None)
+
+    def _score_local(self, local: Batch, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.compute:
+            return super()._score_local(local, cols)
+
+    def _gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Ranks are (fsdp, ulysses, tp) with tp fastest; TP peers hold the same result, keep tp rank 0."""
+        return super()._gather(tensor)[::self.tp]
+
+    def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput | None:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        local, cols = self._local(batch)
+        rows = slice(self.dp_rank * local.input_ids.shape[0], (self.dp_rank + 1) * local.input_ids.shape[0])
+        mask = self._per_position(local, local.response_mask.float())[:, cols]
+        old = self._per_position(local, old_logprobs[rows].float())[:, cols]
+        adv = self._per_position(local, local.advantages.float())[:, cols]
+        logprobs, entropy = self._score_local(local, cols)
+        device, faults = self.ctx.device, self.ctx.faults
+        normalizer = faults.normalizer(float(batch.response_mask.sum()), float(mask.sum()))
+        loss = masked_loss_sum(self.ctx.scenario.workload, logprobs, entropy, old.to(device), adv.to(device),
+                               mask.to(device), normalizer)
+        # FSDP (and MindSpeed's expert FSDP, divide factor ep*efsdp = dp) average over dp: scale by dp
+        (loss * self.dp * faults.loss_scale(step)).backward()
+        self._reduce_grads_fsdp_left_out()
+        faults.scale_grads((p.grad for p in self.model.parameters()), step)
+        grad_norm = self._clip_grads(self.ctx.scenario.workload.grad_clip)
+        self.optimizer.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        return StepOutput(loss=float(total) / self.tp, grad_norm=grad_norm) if self.ctx.rank == 0 else None
+
+    @torch.no_grad()
+    def _reduce_grads_fsdp_left_out(self) -> None:
+        """Sum over the ulysses group (FSDP's mesh is 'fsdp' alone); average what FSDP does not manage over
+        fsdp; sum the TP-partial gradients over tp."""
+        for param in self.model.parameters():
+            if param.grad is None:
+                continue
+            local = _local(param.grad)
+            if self.dp > 1 and not _fsdp_managed(param):
+                dist.all_reduce(local, group=self.state.get_group("fsdp"))
+                local.div_(self.dp)
+            if self.sp > 1:
+                dist.all_reduce(local, group=self.state.get_group("ulysses"))
+            if self.tp > 1 and id(param) in self.tp_partial:
+                dist.all_reduce(local, group=self.state.get_group("tp"))
+
+    @torch.no_grad()
+    def _clip_grads(self, max_norm: float) -> float:
+        """torch's clip_grad_norm_ cannot stack norms of DTensors on different meshes: reduce each, then add."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        total = 0.0
+        for grad in grads:
+            norm = torch.linalg.vector_norm(grad, 2.0, dtype=torch.float32)
+            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+            total += float(norm) ** 2
+        total_norm = math.sqrt(total)
+        coef = min(1.0, max_norm / (total_norm + 1e-6))
+        if coef < 1.0:
+            for grad in grads:
+                grad.mul_(coef)
+        return total_norm
+
+
+def _compute_context(plan: FSDPEnginePlan, device_type: str) -> contextlib.AbstractContextManager[Any]:
+    """MindSpeed keeps TP modules out of FSDP when fsdp > 1, so FSDP's param_dtype never casts them: their
+    matmuls run under autocast at that dtype (else fp32 weights meet bf16 activations and the matmul fails)."""
+    cfg = plan.config
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg["fsdp_plan"]["param_dtype"])
+    if dtype is None or cfg["fully_shard_parallel_size"] == 1 or cfg["tensor_parallel_size"] == 1:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=dtype)
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def _fsdp_managed(param: torch.Tensor) -> bool:
+    mesh = getattr(param, "device_mesh", None)
+    return mesh is not None and bool({"fsdp", "efsdp"} & set(mesh.mesh_dim_names or ()))
+
+
+def _prepare_experts(model: torch.nn.Module, ep: int) -> None:
+    """Fit transformers' fused experts to MindSpeed's EP dispatcher: it reads `experts.hidden_size` (transformers
+    5 names it `hidden_dim`) and builds `expert_ids_per_ep_rank` only for more than one local expert."""
+    for layer in model.model.layers:
+        experts = getattr(layer.mlp, "experts", None)
+        if experts is None:
+            continue
+        if not hasattr(experts, "hidden_size"):
+            experts.hidden_size = experts.hidden_dim
+        if experts.num_experts // ep < 2:
+            raise ValueError(f"mindspeed_fsdp: ep({ep}) leaves {experts.num_experts // ep} expert per rank; "
+                             "MindSpeed's EP dispatcher needs at least 2 local experts")

@@ -1,0 +1,306 @@
+"""`mindspeed_megatron`: the Megatron-Core engine with Ascend MindSpeed's megatron adaptor applied.
+
+MindSpeed patches Megatron feature by feature and decides WHICH patches to install from its own argument
+namespace (`mindspeed.args_utils.get_full_args()`), parsed from sys.argv when `mindspeed.megatron_adaptor` is
+first imported. A harness passes no such argv, so MindSpeed sees context_parallel_size=1, never wraps
+`parallel_state.initialize_model_parallel` with its CP group set-up, and CP silently stays 1 (verl PR #5697).
+So `prepare_megatron()` — which the Megatron engine calls BEFORE `initialize_model_parallel` — writes the
+scenario's layout into MindSpeed's args with `mindspeed.megatron_adaptor.repatch(...)`, then reads them back.
+
+mcore_kwargs are routed by who reads them: keys MindSpeed's parser registers (plus the Megatron-LM training
+flags it reads, like use_flash_attn) go to its args — its patched `TransformerConfig.__init__` copies every one
+onto the config as well; all other keys are left to the Megatron engine, which routes them to TransformerConfig,
+DDP or optimizer config. The routing is a pure function (`plan_mindspeed_args`) so that CPU tests cover it.
+
+Nothing heavy is imported with this module: `MindSpeedMegatronEngine` is built on first access (module
+`__getattr__`), importing `mindspeed.megatron_adaptor` BEFORE `engines.megatron` (and so Megatron-Core), as
+MindSpeed requires for its pre-import patches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engines.base import Engine, EngineContext
+from harness.schema import Scenario
+
+#: mcore_kwargs keys the scenario owns elsewhere -> where to set them instead. The Megatron engine rejects (and
+#: warns about) the same keys, so they never reach TransformerConfig either.
+LAYOUT_OWNED: dict[str, str] = {
+    "tensor_model_parallel_size": "layout.tp",
+    "pipeline_model_parallel_size": "layout.pp",
+    "virtual_pipeline_model_parallel_size": "layout.vpp",
+    "context_parallel_size": "layout.cp",
+    "expert_model_parallel_size": "layout.ep",
+    "expert_tensor_parallel_size": "layout.etp",
+    "sequence_parallel": "layout.sequence_parallel",
+    "seq_length": "workload.prompt_len + workload.response_len",
+}
+
+#: MindSpeed CP algorithms whose sequence split is Megatron's load-balanced 2*cp chunking (what the Megatron
+#: engine feeds). ulysses_cp_algo splits contiguously and hybrid/adaptive ones reorder tokens
+#: (mindspeed/core/context_parallel/get_batch_utils.py), so they would see a wrongly ordered sequence.
+CP_ALGORITHMS: tuple[str, ...] = ("megatron_cp_algo", "kvallgather_cp_algo")
+
+#: defaults this engine sets in MindSpeed's args unless mcore_kwargs say otherwise. verl turns flash attention
+#: on for every MindSpeed run; MindSpeed's CP validation forces it on anyway.
+MINDSPEED_DEFAULTS: dict[str, Any] = {
+    "use_flash_attn": True,
+    "context_parallel_algo": "megatron_cp_algo",
+    "attention_mask_type": "causal",
+}
+
+_ASCEND_DTYPES = ("bf16", "fp16")
+
+
+@dataclass(frozen=True, slots=True)
+class MindSpeedArgsPlan:
+    """Where each setting of a scenario goes."""
+
+    mindspeed_args: dict[str, Any]
+    """Set on MindSpeed's args namespace by `repatch()`: what its features read (CP size and algorithm, FA...)."""
+    routed: dict[str, str]
+    """mcore_kwargs key -> 'mindspeed' (only MindSpeed reads it), 'both' (also a TransformerConfig field) or
+    'megatron' (left to the Megatron engine, which routes it to TransformerConfig / DDP / optimizer)."""
+    rejected: dict[str, str]
+    """mcore_kwargs key -> why it is not applied (the layout owns it): left out of applied_kwargs, so the harness
+    fails the scenario as 'dropped engine kwargs'."""
+
+
+# ---- pure translation (runs on CPU, no mindspeed needed) --------------------------------------------------
+def layout_args(scenario: Scenario, transformer_impl: str = "local") -> dict[str, Any]:
+    """The parallel settings MindSpeed reads from its own args, from the scenario layout.
+    SP is forced off at TP=1 (as verl does); VPP=1 is None (as MindSpeed's megatron_basic validation sets it)."""
+    lay = scenario.layout
+    return {
+        "tensor_model_parallel_size": lay.tp,
+        "pipeline_model_parallel_size": lay.pp,
+        "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
+        "context_parallel_size": lay.cp,
+        "expert_model_parallel_size": lay.ep,
+        "expert_tensor_parallel_size": lay.etp,
+        "sequence_parallel": bool(lay.sequence_parallel and lay.tp > 1),
+        # ulysses-style CP validation reads args.seq_length, which TransformerConfig does not have
+        "seq_length": scenario.workload.seq_len,
+        # MindSpeed wraps Attention.__init__ for CP only when transformer_impl is not transformer_engine
+        "transformer_impl": transformer_impl,
+        "bf16": scenario.dtype == "bf16",
+        "fp16": scenario.dtype == "fp16",
+    }
+
+
+def plan_mindspeed_args(scenario: Scenario, mindspeed_keys: Collection[str], megatron_keys: Collection[str],
+                        transformer_impl: str = "local") -> MindSpeedArgsPlan:
+    """Route the scenario's layout and mcore_kwargs. `mindspeed_keys`: the names MindSpeed's parser registers
+    (`vars(get_mindspeed_args(get_defaults=True))`); `megatron_keys`: TransformerConfig field names."""
+    mindspeed = {**MINDSPEED_DEFAULTS, **layout_args(scenario, transformer_impl)}
+    routed: dict[str, str] = {}
+    rejected: dict[str, str] = {}
+    for key, value in scenario.mcore_kwargs.items():
+        if key in LAYOUT_OWNED:
+            rejected[key] = f"set by the scenario's {LAYOUT_OWNED[key]}, not by mcore_kwargs"
+        elif key in mindspeed_keys or key in MINDSPEED_DEFAULTS:
+            mindspeed[key] = value
+            routed[key] = "both" if key in megatron_keys else "mindspeed"
+        else:
+            routed[key] = "megatron"
+    algo = mindspeed["context_parallel_algo"]
+    if scenario.layout.cp > 1 and algo not in CP_ALGORITHMS:
+        raise ValueError(f"mcore_kwargs.context_parallel_algo={algo!r}: this engine feeds Megatron's load-balanced "
+                         f"CP split, which only {', '.join(CP_ALGORITHMS)} expect")
+    return MindSpeedArgsPlan(mindspeed_args=mindspeed, routed=routed, rejected=rejected)
+
+
+def scenario_errors(scenario: Scenario) -> list[str]:
+    """What makes a scenario unfit for a MindSpeed engine regardless of this machine."""
+    errors = []
+    if scenario.device != "npu":
+        errors.append(f"{scenario.strategy} runs on device npu (MindSpeed is Ascend-only); the scenario says "
+                      f"device {scenario.device}")
+    if scenario.dtype not in _ASCEND_DTYPES:
+        errors.append(f"{scenario.strategy} trains in bf16 or fp16 (as verl enforces for MindSpeed); the scenario "
+                      f"says dtype {scenario.dtype}")
+    return errors
+
+
+def module_missing(name: str, *inner: str) -> bool:
+    """True when top-level package `name` (or its file/folder `inner`) is absent. Finds, never imports: importing
+    torch_npu without CANN breaks torch, and mindspeed's adaptor patches torch on import."""
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        return True
+    if not inner:
+        return False
+    roots = [Path(p) for p in (spec.submodule_search_locations or [])]
+    return not any((root.joinpath(*inner[:-1]) / f"{inner[-1]}.py").exists()
+                   or root.joinpath(*inner).is_dir() for root in roots)
+
+
+def ascend_gaps(*extra: tuple[str, tuple[str, ...], str]) -> list[str]:
+    """Missing Ascend packages: torch_npu, mindspeed, then `extra` (name, inner path, message) entries."""
+    gaps = []
+    if module_missing("torch_npu"):
+        gaps.append("needs torch_npu (the Ascend PyTorch adapter; installed only in Ascend images with CANN)")
+    if module_missing("mindspeed"):
+        gaps.append("needs the mindspeed package (installed only in Ascend images)")
+    else:
+        gaps += [message for name, inner, message in extra if module_missing(name, *inner)]
+    return gaps
+
+
+def missing_requirements(scenario: Scenario) -> str | None:
+    """Why this engine cannot run here (None = it can): the reason a scenario is SKIPPED with."""
+    gaps = ascend_gaps(("mindspeed", ("megatron_adaptor",), "needs mindspeed.megatron_adaptor (MindSpeed Core)"))
+    if module_missing("megatron", "core"):
+        gaps.append("needs megatron-core (the Megatron-LM version MindSpeed pins, core_v0.12.1 at the time of writing)")
+    return "; ".join(gaps) or None
+
+
+# ---- the engine ---------------------------------------------------------------------------------------------
+class _MindSpeedMegatronMixin:
+    """MindSpeed on top of the Megatron engine: checks, repatch before model-parallel init, kwargs routing."""
+
+    ctx: EngineContext
+    _mindspeed_plan: MindSpeedArgsPlan
+    _mindspeed_effective: dict[str, Any]
+
+    def setup(self) -> None:
+        errors = scenario_errors(self.ctx.scenario)
+        if errors:
+            raise ValueError("; ".join(errors))
+        missing = missing_requirements(self.ctx.scenario)
+        if missing:
+            raise RuntimeError(f"{missing} (the harness should have skipped this scenario)")
+        super().setup()  # type: ignore[misc]
+        self._verify_context_parallel()
+
+    def prepare_megatron(self) -> None:
+        """Runs before initialize_model_parallel: make MindSpeed's args say what the scenario says."""
+        super().prepare_megatron()  # type: ignore[misc]
+        from megatron.core.transformer import TransformerConfig
+        from mindspeed.args_utils import get_full_args, get_mindspeed_args
+        from mindspeed.megatron_adaptor import repatch
+
+        defaults = vars(get_mindspeed_args(get_defaults=True))
+        plan = plan_mindspeed_args(self.ctx.scenario, set(defaults),
+                                   {f.name for f in dataclasses.fields(TransformerConfig)}, self._transformer_impl())
+        # every MindSpeed arg reset to its default first: a forked rank may inherit an earlier repatch
+        repatch({**defaults, **plan.mindspeed_args})
+        full_args = get_full_args()
+        effective = {key: getattr(full_args, key, None) for key in plan.mindspeed_args}
+        wrong = {k: (v, effective[k]) for k, v in plan.mindspeed_args.items() if effective[k] != v}
+        if wrong:
+            raise RuntimeError(f"MindSpeed's args did not take the repatch (wanted, got): {wrong}")
+        self._mindspeed_plan, self._mindspeed_effective = plan, effective
+
+    def _transformer_impl(self) -> str:
+        """What MindSpeed's CP patches must assume: the Megatron engine picks the TE spec when transformer_engine
+        imports (on NPU, MindSpeed's adaptor provides it), else the local spec."""
+        try:
+            from engines.megatron.model import have_transformer_engine
+        except ImportError:
+            return getattr(self, "transformer_impl", "local")
+        return "transformer_engine" if have_transformer_engine() else "local"
+
+    def _mindspeed_only(self) -> set[str]:
+        plan = getattr(self, "_mindspeed_plan", None)
+        return {k for k, where in plan.routed.items() if where == "mindspeed"} if plan else set()
+
+    def _warn_rejected(self) -> None:
+        """The Megatron engine warns about keys no Megatron dataclass has; MindSpeed-only keys ARE applied."""
+        rejected = getattr(getattr(self, "routed", None), "rejected", {})
+        mine = {k: rejected.pop(k) for k in list(rejected) if k in self._mindspeed_only()}
+        try:
+            super()._warn_rejected()  # type: ignore[misc]
+        finally:
+            rejected.update(mine)
+
+    def transformer_config_kwargs(self) -> dict[str, Any]:
+        """MindSpeed's patched TransformerConfig.__init__ copies MindSpeed-only keys from its args itself."""
+        kwargs = {k: v for k, v in super().transformer_config_kwargs().items()  # type: ignore[misc]
+                  if k not in self._mindspeed_only()}
+        lay = self.ctx.scenario.layout
+        kwargs["sequence_parallel"] = bool(lay.sequence_parallel and lay.tp > 1)
+        kwargs["context_parallel_size"] = lay.cp
+        return kwargs
+
+    def applied_kwargs(self) -> dict[str, Any]:
+        """The Megatron engine's report (TransformerConfig / DDP / optimizer keys), with every key routed to
+        MindSpeed read back from MindSpeed's own args, the namespace its features actually read."""
+        applied = dict(super().applied_kwargs())  # type: ignore[misc]
+        plan = getattr(self, "_mindspeed_plan", None)
+        if plan is None:
+            return applied
+        mcore = {k: v for k, v in applied.get("mcore_kwargs", {}).items() if k not in plan.rejected}
+        mcore.update({key: self._mindspeed_effective[key] for key, where in plan.routed.items()
+                      if where != "megatron"})
+        return {**applied, "mcore_kwargs": mcore} if mcore else applied
+
+    def _verify_context_parallel(self) -> None:
+        """Fail loudly where CP used to stay 1 silently: Megatron's CP group and MindSpeed's ring groups."""
+        cp = self.ctx.scenario.layout.cp
+        from megatron.core import parallel_state
+
+        if parallel_state.get_context_parallel_world_size() != cp:
+            raise RuntimeError(f"context-parallel group has {parallel_state.get_context_parallel_world_size()} "
+                               f"ranks, the scenario asks for cp={cp}")
+        if cp > 1 and self._mindspeed_plan.mindspeed_args["context_parallel_algo"] == "megatron_cp_algo":
+            from mindspeed.core.context_parallel import model_parallel_utils
+
+            if model_parallel_utils._CONTEXT_PARALLEL_RANKS_FOR_RING_INTRA_WINDOW is None:
+                raise RuntimeError("MindSpeed's ring-attention groups were not built: its CP wrapper of "
+                                   "initialize_model_parallel was not installed (repatch came too late?)")
+
+
+class _MissingMegatronBase(Engine):
+    """Stands in when engines.megatron cannot be imported, so this module still imports; fails at setup."""
+
+    import_error = ""
+
+    def setup(self) -> None:
+        raise RuntimeError(f"mindspeed_megatron extends the megatron engine, which does not import: "
+                           f"{self.import_error}")
+
+    def prepare_megatron(self) -> None:
+        """No-op hook, as in the real base."""
+
+    def transformer_config_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def forward(self, batch: Any) -> None:
+        raise RuntimeError(self.import_error)
+
+    def train_step(self, batch: Any, old_logprobs: Any, step: int) -> None:
+        raise RuntimeError(self.import_error)
+
+
+def _megatron_base() -> type[Engine]:
+    try:
+        return importlib.import_module("engines.megatron").MegatronEngine
+    except (ImportError, AttributeError) as exc:
+        return type("_MissingMegatronBase", (_MissingMegatronBase,),
+                    {"__module__": __name__, "import_error": f"{type(exc).__name__}: {exc}"})
+
+
+def _build_engine_class() -> type[Engine]:
+    if not module_missing("mindspeed", "megatron_adaptor") and not module_missing("torch_npu"):
+        importlib.import_module("mindspeed.megatron_adaptor")  # before Megatron: its pre-import patches
+    base = _megatron_base()
+    return type("MindSpeedMegatronEngine", (_MindSpeedMegatronMixin, base),
+                {"__module__": __name__, "__doc__": "The Megatron engine with MindSpeed's adaptor, repatched "
+                                                    "with the scenario's layout before model-parallel init."})
+
+
+def __getattr__(name: str) -> Any:
+    """`MindSpeedMegatronEngine` is built on first access (see the module docstring)."""
+    if name == "MindSpeedMegatronEngine":
+        cls = _build_engine_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -92,6 +92,7 @@ def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: 
     log = os.open(Path(job.record_dir) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
+    os.environ.update(job.visible_devices or {})
     import torch.distributed as dist
 
     store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
@@ -135,12 +136,13 @@ class ForkedLauncher:
 
 def torchrun_commands(layout: Layout, job_file: Path, master_addr: str, port: int, run_id: str,
                       python: str = sys.executable) -> list[list[str]]:
-    """One torchrun command per node (node 0 hosts the c10d rendezvous)."""
+    """One torchrun command per node. Static rendezvous: global ranks follow --node-rank, so rank 0 (which
+    writes the record) is always on node 0, the node that compares and reports."""
     commands = []
     for node in range(layout.nodes):
         commands.append([
             python, "-m", "torch.distributed.run", f"--nnodes={layout.nodes}", f"--node-rank={node}",
-            f"--nproc-per-node={layout.ranks_per_node}", "--rdzv-backend=c10d",
+            f"--nproc-per-node={layout.ranks_per_node}", "--rdzv-backend=static",
             f"--rdzv-endpoint={master_addr}:{port}", f"--rdzv-id={run_id}", "--max-restarts=0",
             "-m", "harness.worker", "--job", str(job_file)])
     return commands
@@ -149,20 +151,23 @@ def torchrun_commands(layout: Layout, job_file: Path, master_addr: str, port: in
 class TorchrunLauncher:
     """One torchrun per node on this host (multi-node on loopback for CPU tests; node 0 on real clusters)."""
 
-    def __init__(self, master_addr: str = "127.0.0.1", nodes_here: Sequence[int] | None = None) -> None:
+    def __init__(self, master_addr: str = "127.0.0.1", nodes_here: Sequence[int] | None = None,
+                 master_port: int | None = None) -> None:
         self.master_addr = master_addr
         self.nodes_here = nodes_here
+        self.master_port = master_port
 
     def launch(self, job: RunJob, layout: Layout, timeout_s: float) -> LaunchResult:
         record_dir = Path(job.record_dir)
         record_dir.mkdir(parents=True, exist_ok=True)
         job_file = record_dir / "job.json"
         job.to_file(job_file)
-        commands = torchrun_commands(layout, job_file, self.master_addr, free_port(), job.run_id.replace("/", "_"))
+        port = self.master_port or free_port()
+        commands = torchrun_commands(layout, job_file, self.master_addr, port, job.run_id.replace("/", "_"))
         nodes = list(self.nodes_here) if self.nodes_here is not None else list(range(layout.nodes))
         started = time.perf_counter()
         procs = []
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(job.visible_devices or {})}
         for node in nodes:
             log = open(record_dir / f"node{node}.log", "w")  # noqa: SIM115 - closed with the process
             procs.append((subprocess.Popen(commands[node], stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ScenarioError
 from harness.runner import RunOptions
 
 OPTIONS: list[tuple[str, dict[str, Any]]] = [
@@ -15,6 +16,10 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("cache-dir", {"default": ".parity-cache", "help": "tiny model checkpoints and cached reference runs"}),
     ("launcher", {"choices": ["forked", "torchrun"], "default": "forked",
                   "help": "forked: ranks forked from a warm forkserver (fast); torchrun: one torchrun per run"}),
+    ("node-rank", {"type": int, "default": None,
+                   "help": "multi-node: launch only this node's ranks (run once per node; node 0 reports)"}),
+    ("master-addr", {"default": "127.0.0.1", "help": "multi-node: address of node 0 (rendezvous host)"}),
+    ("master-port", {"type": int, "default": None, "help": "multi-node: rendezvous port, the same on every node"}),
 ]
 
 
@@ -25,4 +30,8 @@ def add_options(add: Callable[..., Any], prefix: str = "") -> None:
 
 def run_options(get: Callable[[str], Any]) -> RunOptions:
     """Build RunOptions from a getter of option values by dest name ('out', 'cache_dir', ...)."""
-    return RunOptions(out_dir=Path(get("out")), cache_dir=Path(get("cache_dir")), launcher=get("launcher"))
+    node_rank, port = get("node_rank"), get("master_port")
+    if node_rank is not None and port is None:
+        raise ScenarioError("--node-rank needs --master-port (every node must use the same rendezvous port)")
+    return RunOptions(out_dir=Path(get("out")), cache_dir=Path(get("cache_dir")), launcher=get("launcher"),
+                      node_rank=node_rank, master_addr=get("master_addr"), master_port=port)

@@ -10,10 +10,12 @@ import datetime as dt
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from harness import devices
+from harness.cards import CardPool
 from harness.launch import ForkedLauncher, LaunchResult, TorchrunLauncher
 from harness.records import RunRecord
 from harness.reference import baseline_scenario, cache_key, golden_dir, reference_scenario
@@ -30,6 +32,15 @@ class RunOptions:
     out_dir: Path = Path("parity-out")
     cache_dir: Path = Path(".parity-cache")
     launcher: Literal["forked", "torchrun"] = "forked"
+    node_rank: int | None = None
+    """Multi-node: the node this process launches (None = every node, on this host). Only node 0 judges."""
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+    """Rendezvous port all nodes agree on (required with node_rank; a free port otherwise)."""
+
+    @property
+    def judges(self) -> bool:
+        return self.node_rank in (None, 0)
 
 
 def slug(run_id: str) -> str:
@@ -67,6 +78,8 @@ class Runner:
         reason = skip_reason(scenario)
         if reason:
             return skipped(scenario, reason)
+        if not self.options.judges:
+            return self._run_other_node(scenario)
         reference = self._reference(scenario)
         if not reference.ok:
             return errored(scenario, reference, "reference")
@@ -75,7 +88,7 @@ class Runner:
             baseline = self._cached(base, "baseline")
             if not baseline.ok:
                 return errored(scenario, baseline, "baseline")
-        candidate = self.execute(scenario, scenario.id, self.options.out_dir / "records" / slug(scenario.id))
+        candidate = self.execute(scenario, scenario.id, self._record_dir(scenario))
         if not candidate.ok:
             return errored(scenario, candidate)
         try:
@@ -85,6 +98,18 @@ class Runner:
             return errored(scenario, candidate)
         verdict.info["reference_wall_time_s"] = reference.wall_time_s
         return verdict
+
+    def _run_other_node(self, scenario: Scenario) -> Verdict:
+        """Node > 0 of a multi-node job: launch this node's ranks; node 0 compares and reports."""
+        node = self.options.node_rank
+        if scenario.layout.nodes <= (node or 0):
+            return skipped(scenario, f"single-node scenario: it runs on node 0, not node {node}")
+        result = self._launch(self._job(scenario, scenario.id, self._record_dir(scenario)), scenario)
+        if result.status != "ok":
+            record = RunRecord.failed(scenario.id, scenario.content_hash(), result.status, result.error or "",
+                                      result.log_tail)
+            return errored(scenario, record)
+        return skipped(scenario, f"node {node}: its ranks finished; node 0 compares and reports")
 
     def _reference(self, scenario: Scenario) -> RunRecord:
         ref = reference_scenario(scenario)
@@ -104,17 +129,22 @@ class Runner:
         self._references[key] = record
         return record
 
+    def _record_dir(self, scenario: Scenario) -> Path:
+        return self.options.out_dir / "records" / slug(scenario.id)
+
+    def _job(self, scenario: Scenario, run_id: str, record_dir: Path) -> RunJob:
+        return RunJob(run_id=run_id, scenario=scenario.model_dump(mode="json"), record_dir=str(record_dir),
+                      cache_dir=str(self.options.cache_dir.resolve()),
+                      provenance={"harness_commit": self._commit, "scenario_hash": scenario.content_hash(),
+                                  "launcher": self._launcher_name(scenario),
+                                  "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
+
     def execute(self, scenario: Scenario, run_id: str, record_dir: Path) -> RunRecord:
         """Launch one run and collect its RunRecord (a failed one when the ranks did not finish)."""
         for stale in ("record.json", "tensors.safetensors"):
             (record_dir / stale).unlink(missing_ok=True)
-        job = RunJob(run_id=run_id, scenario=scenario.model_dump(mode="json"), record_dir=str(record_dir),
-                     cache_dir=str(self.options.cache_dir.resolve()),
-                     provenance={"harness_commit": self._commit, "scenario_hash": scenario.content_hash(),
-                                 "launcher": self._launcher_name(scenario),
-                                 "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
         started = time.perf_counter()
-        result = self._launch(job, scenario)
+        result = self._launch(self._job(scenario, run_id, record_dir), scenario)
         if result.status == "ok" and (record_dir / "record.json").is_file():
             record = RunRecord.load(record_dir)
         elif result.status == "ok":
@@ -128,14 +158,30 @@ class Runner:
         return record
 
     def _launcher_name(self, scenario: Scenario) -> str:
-        return "torchrun" if self.options.launcher == "torchrun" or scenario.layout.nodes > 1 else "forked"
+        multi_node = scenario.layout.nodes > 1 or self.options.node_rank is not None
+        return "torchrun" if self.options.launcher == "torchrun" or multi_node else "forked"
 
     def _launch(self, job: RunJob, scenario: Scenario) -> LaunchResult:
-        if self._launcher_name(scenario) == "torchrun":
-            return TorchrunLauncher().launch(job, scenario.layout, scenario.timeout)
+        """Lease this node's cards (accelerators only), then launch with the right launcher."""
+        lease = None
+        if scenario.device != "cpu":
+            count, _ = devices.availability(scenario.device)
+            lease = CardPool(scenario.device, count).lease(scenario.layout.ranks_per_node, scenario.timeout)
+            job = replace(job, visible_devices=lease.visible_env(scenario.device))
+        try:
+            if self._launcher_name(scenario) == "torchrun":
+                nodes_here = None if self.options.node_rank is None else [self.options.node_rank]
+                launcher = TorchrunLauncher(self.options.master_addr, nodes_here, self.options.master_port)
+                return launcher.launch(job, scenario.layout, scenario.timeout)
+            return self._forked_launcher(scenario).launch(job, scenario.layout.world_size, scenario.timeout)
+        finally:
+            if lease is not None:
+                lease.release()
+
+    def _forked_launcher(self, scenario: Scenario) -> ForkedLauncher:
         if self._forked is None:
             preload = ["torch", "harness.preload"]
             if any(s.strategy in MEGATRON_STRATEGIES for s in [*self._planned, scenario]):
                 preload.append("engines.megatron")
             self._forked = ForkedLauncher(preload)
-        return self._forked.launch(job, scenario.layout.world_size, scenario.timeout)
+        return self._forked

@@ -29,6 +29,8 @@ class RunJob:
     record_dir: str
     cache_dir: str
     provenance: dict[str, Any]
+    visible_devices: dict[str, str] | None = None
+    """Visible-devices variable for the ranks (the leased cards), set before the device backend loads."""
 
     def to_file(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))

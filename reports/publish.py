@@ -11,8 +11,9 @@ from reports.terminal import print_report
 
 
 def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None = None,
-            stream: TextIO = sys.stdout) -> Path:
+            stream: TextIO | None = None) -> Path:
     """Terminal table, OUT/summary.md, and $GITHUB_STEP_SUMMARY when set. Returns the summary path."""
+    stream = stream or sys.stdout
     print_report(results, wall_s, stream)
     text = render(results, wall_s)
     path = write_summary(out_dir, text)

@@ -16,7 +16,8 @@ def progress_line(index: int, total: int, result: dict[str, Any]) -> str:
     return f"[{index}/{total}] {result['verdict']:<5} {result['id']}{timing}{detail}"
 
 
-def print_report(results: list[dict[str, Any]], wall_s: float | None = None, stream: TextIO = sys.stdout) -> None:
+def print_report(results: list[dict[str, Any]], wall_s: float | None = None, stream: TextIO | None = None) -> None:
+    stream = stream or sys.stdout
     print("", file=stream)
     print(parity_table(results, fmt="simple"), file=stream)
     print("", file=stream)

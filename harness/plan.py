@@ -1,0 +1,86 @@
+"""`parity plan`: what each scenario would launch — world size, nodes, the torchrun command per node, card
+assignment and environment — printed without running, so a reviewer can check an Ascend job before it
+spends runner hours."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.devices import DEVICE_KINDS
+from harness.launch import torchrun_commands
+from harness.runner import slug
+from harness.schema import Scenario
+from harness.validate import skip_reason
+
+PLACEHOLDER_PORT = 29500
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    node: int
+    cards: tuple[int, ...]
+    env: dict[str, str]
+    torchrun: list[str]
+    parity_run: list[str]
+
+
+def plan_scenario(scenario: Scenario, source: str, out_dir: Path, master_addr: str, port: int,
+                  first_card: int = 0) -> list[NodePlan]:
+    """Per node: the cards its ranks get (contiguous from first_card), the environment, the commands."""
+    layout = scenario.layout
+    kind = DEVICE_KINDS[scenario.device]
+    job_file = out_dir / "records" / slug(scenario.id) / "job.json"
+    commands = torchrun_commands(layout, job_file, master_addr, port, slug(scenario.id), python="python")
+    plans = []
+    for node in range(layout.nodes):
+        cards = tuple(range(first_card, first_card + layout.ranks_per_node)) if scenario.device != "cpu" else ()
+        env = dict(kind.determinism_env)
+        if kind.visible_env and cards:
+            env[kind.visible_env] = ",".join(map(str, cards))
+        run = ["parity", "run", source, "-k", scenario.id, "--device", scenario.device, "--out", str(out_dir)]
+        if layout.nodes > 1:
+            run += ["--node-rank", str(node), "--master-addr", master_addr, "--master-port", str(port)]
+        plans.append(NodePlan(node, cards, env, commands[node], run))
+    return plans
+
+
+def render(scenario: Scenario, plans: list[NodePlan]) -> str:
+    lay = scenario.layout
+    lines = [scenario.id,
+             f"  world size {lay.world_size} = dp({lay.dp}) * tp({lay.tp}) * pp({lay.pp}) * cp({lay.cp}) * "
+             f"ulysses({lay.ulysses}); vpp {lay.vpp}, ep {lay.ep}, etp {lay.etp}, sequence_parallel "
+             f"{lay.sequence_parallel}; {lay.nodes} node(s) x {lay.ranks_per_node} ranks; "
+             f"backend {DEVICE_KINDS[scenario.device].backend}"]
+    for plan in plans:
+        cards = ",".join(map(str, plan.cards)) or "none (cpu)"
+        lines += [f"  node {plan.node}: cards {cards}",
+                  f"    env: {' '.join(f'{k}={v}' for k, v in plan.env.items()) or '-'}",
+                  f"    run: {shlex.join(plan.parity_run)}",
+                  f"    torchrun: {shlex.join(plan.torchrun)}"]
+    if reason := skip_reason(scenario):
+        lines.append(f"  here: would SKIP ({reason})")
+    return "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from harness.cli import _files
+    from harness.selection import select
+
+    for scenario in select(_files(args), args.k, args.device):
+        plans = plan_scenario(scenario, scenario.source or "", Path(args.out), args.master_addr, args.master_port)
+        print(render(scenario, plans))
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("plan", help="print what each scenario would launch, without running it")
+    parser.add_argument("files", nargs="*")
+    parser.add_argument("-k")
+    parser.add_argument("--device", choices=["cpu", "cuda", "npu"])
+    parser.add_argument("--out", default="parity-out")
+    parser.add_argument("--master-addr", default="$MASTER_ADDR", help="node 0's address (default: a placeholder)")
+    parser.add_argument("--master-port", type=int, default=PLACEHOLDER_PORT)
+    parser.set_defaults(func=cmd_plan)

@@ -1,0 +1,67 @@
+"""The `parity` CLI end to end: exit codes, outputs, step summary, merging shards, listing."""
+
+from __future__ import annotations
+
+import json
+
+from harness.cli import main
+
+PASSING = "matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}}\n"
+FAILING = ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}, "
+           "faults: [{kind: grad_scale, step: 1}]}\n")
+
+
+def test_run_writes_results_summary_and_step_summary(write_yaml, tmp_path, cache_dir, monkeypatch, capsys):
+    step_summary = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    out = tmp_path / "out"
+    assert main(["run", str(write_yaml(PASSING)), "--out", str(out), "--cache-dir", str(cache_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert "[1/1] PASS  tiny-qwen3/fsdp2/dp2/fp32/cpu" in printed
+    assert "1 scenarios in" in printed and "per-scenario overhead" in printed
+    result = json.loads((out / "results.jsonl").read_text())
+    assert {"id", "verdict", "reasons", "metrics"} <= result.keys()
+    assert result["provenance"]["versions"]["torch"] and result["provenance"]["scenario_hash"]
+    summary = (out / "summary.md").read_text()
+    assert "| tiny-qwen3/fsdp2/dp2/fp32/cpu" in summary and "| PASS" in summary
+    assert step_summary.read_text() == summary + "\n"
+    record_dir = out / "records" / "tiny-qwen3__fsdp2__dp2__fp32__cpu"
+    assert (record_dir / "record.json").is_file() and (record_dir / "tensors.safetensors").is_file()
+
+
+def test_failure_exits_1_and_report_merges_shards(write_yaml, tmp_path, cache_dir, capsys):
+    shard_a, shard_b = tmp_path / "a", tmp_path / "b"
+    assert main(["run", str(write_yaml(PASSING, "a.yaml")), "--out", str(shard_a), "--cache-dir",
+                 str(cache_dir)]) == 0
+    assert main(["run", str(write_yaml(FAILING, "b.yaml")), "--out", str(shard_b), "--cache-dir",
+                 str(cache_dir)]) == 1
+    capsys.readouterr()
+    merged = tmp_path / "merged"
+    assert main(["report", str(shard_a), str(shard_b), "--out", str(merged)]) == 1
+    printed = capsys.readouterr().out
+    assert "FAIL tiny-qwen3/fsdp2/dp2/fp32/cpu+grad_scale" in printed
+    assert "pre-clip grad norm rel diff at step 1 = 1 > limit 5e-05" in printed
+    assert len((merged / "results.jsonl").read_text().splitlines()) == 2
+    assert "2 scenarios: 1 pass, 1 fail" in (merged / "summary.md").read_text()
+
+
+def test_report_of_a_missing_dir_is_bad_input(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert "cannot read results" in capsys.readouterr().err
+
+
+def test_list_prints_ids_with_marks_and_skip_reasons(capsys):
+    assert main(["list", "scenarios/cpu.yaml", "scenarios/ascend_nightly.yaml", "--why"]) == 0
+    printed = capsys.readouterr().out
+    assert "tiny-qwen3/fsdp2/dp2/fp32/cpu  [nightly,pr]\n" in printed
+    assert "qwen3-8b/fsdp2/dp8/bf16/npu  [nightly,npu]  SKIP: device npu: torch_npu is not installed" in printed
+
+
+def test_k_expression_selects_ids(capsys):
+    assert main(["list", "scenarios/cpu.yaml", "-k", "tiny-qwen3 and not moe and ulysses"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["tiny-qwen3/fsdp2/ulysses2/fp32/cpu  [nightly,pr]"]
+
+
+def test_k_that_matches_nothing_is_bad_input(capsys):
+    assert main(["run", "scenarios/cpu.yaml", "-k", "no-such-model"]) == 2
+    assert "no scenario matches -k 'no-such-model'" in capsys.readouterr().err

@@ -1,0 +1,94 @@
+"""Launch containment: a crashing rank is an ERROR with its log tail, a hanging run is killed at its timeout
+with no process left behind, and neither loses the other scenarios' results. Plus the torchrun launcher,
+single- and two-node (two launchers on loopback, as two Ascend nodes would run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+MIXED = """
+defaults: {device: cpu, model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}}
+matrix:
+  - {faults: [{kind: crash, rank: 1, step: 1}], timeout: 60}
+  - {name: ok}
+  - {faults: [{kind: hang, rank: 1, step: 1}], timeout: 8}
+  - {name: ok-after-hang, workload: {seed: 5}}
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "zombie" not in status.read()
+    except FileNotFoundError:
+        return False
+
+
+def test_crash_and_hang_are_contained(write_yaml, tmp_path, cache_dir):
+    path = write_yaml(MIXED)
+    out = tmp_path / "out"
+    result = run_cli("run", str(path), "--out", str(out), "--cache-dir", str(cache_dir))
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    verdicts = {r["id"]: r for r in lines}
+    assert len(lines) == 4
+    crash = verdicts["tiny-qwen3/fsdp2/dp2/fp32/cpu+crash"]
+    assert crash["verdict"] == "ERROR"
+    assert "rank 1 exited with code 1" in crash["reasons"][0]
+    assert "InjectedCrash: injected crash on rank 1 at step 1" in crash["log_tail"]
+    hang = verdicts["tiny-qwen3/fsdp2/dp2/fp32/cpu+hang"]
+    assert hang["verdict"] == "ERROR" and "timeout" in hang["reasons"][0]
+    assert "injected hang on rank 1" in hang["log_tail"]
+    assert verdicts["tiny-qwen3/fsdp2/dp2/fp32/cpu+ok"]["verdict"] == "PASS"
+    assert verdicts["tiny-qwen3/fsdp2/dp2/fp32/cpu+ok-after-hang"]["verdict"] == "PASS"
+    # the hung ranks printed their pids: none may survive the launcher
+    pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", hang["log_tail"])]
+    assert pids and not any(_alive(pid) for pid in pids)
+
+
+def test_forked_launcher_kills_hung_ranks(runner, write_yaml):
+    from harness.matrix import load_file
+
+    scenario = load_file(write_yaml(MIXED))[2]
+    record = runner.execute(scenario, "hang-direct", runner.options.out_dir / "hang-direct")
+    assert record.status == "timeout"
+    assert 8 <= record.wall_time_s < 20
+
+
+def test_torchrun_launcher_single_node(write_yaml, tmp_path, cache_dir):
+    path = write_yaml("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}, timeout: 120}\n")
+    result = run_cli("run", str(path), "--out", str(tmp_path / "out"), "--cache-dir", str(cache_dir),
+                     "--launcher", "torchrun")
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = json.loads(next((tmp_path / "out" / "records").glob("*/record.json")).read_text())
+    assert record["provenance"]["launcher"] == "torchrun"
+
+
+@pytest.mark.slow
+def test_two_nodes_on_loopback(write_yaml, tmp_path, cache_dir):
+    """Node 1 and node 0 are separate `parity run` processes meeting at one rendezvous port; node 0 judges."""
+    from harness.launch import free_port
+
+    path = write_yaml("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2, nodes: 2}, timeout: 120}\n")
+    port = str(free_port())
+    common = ["--cache-dir", str(cache_dir), "--master-addr", "127.0.0.1", "--master-port", port]
+    node1 = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "n1"),
+                              "--node-rank", "1", *common], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+    node0 = run_cli("run", str(path), "--out", str(tmp_path / "n0"), "--node-rank", "0", *common)
+    out1, _ = node1.communicate(timeout=180)
+    assert node0.returncode == 0, node0.stdout + node0.stderr
+    assert node1.returncode == 0, out1
+    result0 = json.loads((tmp_path / "n0" / "results.jsonl").read_text())
+    result1 = json.loads((tmp_path / "n1" / "results.jsonl").read_text())
+    assert result0["verdict"] == "PASS" and result0["id"] == "tiny-qwen3/fsdp2/dp2-2nodes/fp32/cpu"
+    assert result1["verdict"] == "SKIP" and "node 0 compares and reports" in result1["reasons"][0]
+    assert result0["metrics"]["logprob_max_abs"] < 5e-5

@@ -1,0 +1,63 @@
+"""The pytest plugin, driven through pytester in a subprocess as a user's `pytest -m nightly` would be."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+SCENARIOS = """
+defaults: {device: cpu, marks: [nightly, pr]}
+matrix:
+  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}}
+  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}, faults: [{kind: mask_shift}], marks: [nightly]}
+  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}, dtype: bf16, device: npu, marks: [nightly, npu]}
+  - {model: tiny-qwen3, strategy: fsdp2, layout: {ulysses: 2}, broken: "tracked in #12", marks: [nightly]}
+"""
+
+
+def _project(pytester, cache_dir: Path) -> None:
+    pytester.makefile(".yaml", **{"scenarios/cpu": SCENARIOS})
+    pytester.makeini(f"[pytest]\naddopts = --parity-cache-dir={cache_dir} -p no:cacheprovider\n")
+
+
+def test_collects_one_item_per_scenario_with_marks(pytester, cache_dir):
+    _project(pytester, cache_dir)
+    result = pytester.runpytest_subprocess("-m", "nightly", "--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/fp32/cpu",
+        "scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/fp32/cpu+mask_shift",
+        "scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/bf16/npu",
+        "scenarios/cpu.yaml::tiny-qwen3/fsdp2/ulysses2/fp32/cpu",
+        "4 tests collected*",
+    ])
+    pr_only = pytester.runpytest_subprocess("-m", "pr and not npu", "--collect-only", "-q")
+    pr_only.stdout.fnmatch_lines(["scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/fp32/cpu", "1/4 tests collected*"])
+
+
+def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir):
+    _project(pytester, cache_dir)
+    junit = pytester.path / "junit.xml"
+    result = pytester.runpytest_subprocess("-m", "nightly", f"--junitxml={junit}", "--parity-out=out")
+    result.assert_outcomes(passed=1, failed=1, skipped=2)
+    result.stdout.fnmatch_lines([
+        "*FAIL tiny-qwen3/fsdp2/dp2/fp32/cpu+mask_shift",
+        "*log-prob before training max |Δ| = * > limit 5e-05 (abs)",
+        "*parity summary*",
+        "*4 scenarios in * 1 pass, 1 fail, 0 error, 2 skip",
+    ])
+    result.stdout.fnmatch_lines(["SKIP tiny-qwen3/fsdp2/dp2/bf16/npu", "*device npu: torch_npu is not installed*",
+                                "SKIP tiny-qwen3/fsdp2/ulysses2/fp32/cpu", "*marked broken: tracked in #12"])
+    assert (pytester.path / "out" / "summary.md").is_file()
+    assert len((pytester.path / "out" / "results.jsonl").read_text().splitlines()) == 4
+    properties = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
+    assert {"logprob_max_abs", "grad_norm_rel_max", "verdict"} <= properties.keys()
+
+
+def test_k_selects_ids_and_bad_files_are_collection_errors(pytester, cache_dir):
+    _project(pytester, cache_dir)
+    selected = pytester.runpytest_subprocess("-k", "ulysses", "--collect-only", "-q")
+    selected.stdout.fnmatch_lines(["scenarios/cpu.yaml::tiny-qwen3/fsdp2/ulysses2/fp32/cpu", "1/4 tests collected*"])
+    pytester.makefile(".yaml", **{"scenarios/bad": "matrix:\n  - {model: tiny-qwen3, strategy: fsdp3}\n"})
+    bad = pytester.runpytest_subprocess("--collect-only", "-q")
+    bad.stdout.fnmatch_lines(["*unknown strategy 'fsdp3' (did you mean 'fsdp2'?)*"])
+    assert "Traceback" not in bad.stdout.str()

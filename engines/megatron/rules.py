@@ -26,6 +26,11 @@ def megatron_layout_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
         errors.append(("layout.ep", f"ep({layout.ep}) must divide the number of experts ({shape.num_experts})"))
     if layout.etp > 1 and not moe:
         errors.append(("layout.etp", f"etp({layout.etp}) needs a mixture-of-experts model"))
+    if moe and layout.ep == 1 and layout.etp not in (1, layout.tp):
+        # Megatron-Core reduces non-expert-parallel experts with the dense parameters, over dp x cp only:
+        # experts replicated across TP ranks would never have their gradients summed
+        errors.append(("layout.etp", f"with ep=1 the experts are split like the dense layers: etp({layout.etp}) "
+                                     f"must equal tp({layout.tp}) (or be left at 1)"))
     errors += _pipeline_errors(layout, workload, shape)
     seq = workload.prompt_len + workload.response_len
     if layout.cp > 1 and seq % (2 * layout.cp):

@@ -1,0 +1,154 @@
+"""Megatron configuration from an HF config + scenario, and the routing of `mcore_kwargs`.
+
+Every `mcore_kwargs` key goes to the Megatron dataclass(es) that declare it (TransformerConfig,
+DistributedDataParallelConfig, OptimizerConfig; a field some of them share, like `use_distributed_optimizer`
+or `bf16`, goes to each) or to the schedule settings this engine owns. A key none of them declares, or one that
+the layout / checkpoint fixes, is not applied: the engine warns and leaves it out of applied_kwargs, so the
+harness fails the scenario as "dropped engine kwargs" instead of running something else than asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from engines.megatron.convert import ModelArch
+from harness.schema import Layout
+
+#: fields the scenario's layout or the checkpoint decides; an mcore_kwargs entry may not override them
+RESERVED = frozenset({
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+    "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
+    "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "ffn_hidden_size",
+    "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk", "add_qkv_bias", "qk_layernorm",
+    "normalization", "gated_linear_unit", "activation_func", "add_bias_linear", "layernorm_epsilon",
+})
+
+#: settings of the forward/backward schedule call that this engine owns (not in any Megatron dataclass)
+SCHEDULE_DEFAULTS: dict[str, Any] = {"micro_batch_size": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedKwargs:
+    """mcore_kwargs split by destination."""
+
+    transformer: dict[str, Any] = field(default_factory=dict)
+    ddp: dict[str, Any] = field(default_factory=dict)
+    optimizer: dict[str, Any] = field(default_factory=dict)
+    schedule: dict[str, Any] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
+    """key -> why it was not applied."""
+
+
+def _fields(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def route_mcore_kwargs(given: Mapping[str, Any]) -> RoutedKwargs:
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    targets = {"transformer": _fields(TransformerConfig), "ddp": _fields(DistributedDataParallelConfig),
+               "optimizer": _fields(OptimizerConfig)}
+    routed = RoutedKwargs()
+    for key, value in given.items():
+        if key in RESERVED:
+            routed.rejected[key] = "set by the scenario layout or the checkpoint, not by mcore_kwargs"
+            continue
+        if key in SCHEDULE_DEFAULTS:
+            routed.schedule[key] = value
+            continue
+        homes = [name for name, names in targets.items() if key in names]
+        if not homes:
+            routed.rejected[key] = ("no field of that name in TransformerConfig, DistributedDataParallelConfig, "
+                                    "OptimizerConfig or the schedule settings")
+        for home in homes:
+            getattr(routed, home)[key] = value
+    return routed
+
+
+def readable(value: Any) -> Any:
+    """A config value as JSON can hold it (applied_kwargs is written to the run record)."""
+    if isinstance(value, torch.dtype):
+        return str(value).replace("torch.", "")
+    if callable(value):
+        return getattr(value, "__name__", repr(value))
+    return value
+
+
+def read_back(key: str, sources: Mapping[str, Any], schedule: Mapping[str, Any]) -> Any:
+    """The effective value of one applied key, read from the first config object that has it."""
+    if key in schedule:
+        return readable(schedule[key])
+    for source in sources.values():
+        if source is not None and hasattr(source, key):
+            return readable(getattr(source, key))
+    raise KeyError(key)
+
+
+def expert_tensor_parallel(layout: Layout) -> int:
+    """Megatron's expert TP degree for a layout. With ep == 1 the experts are not expert-parallel, so Megatron
+    reduces their gradients with the dense parameters (over dp x cp only): that is right only when the experts
+    are split like the dense layers (ETP == TP, Megatron's own default). A layout's etp therefore applies with
+    ep > 1; with ep == 1 the experts follow tp (rules.py rejects an explicit, different etp)."""
+    return layout.etp if layout.ep > 1 else layout.tp
+
+
+def transformer_kwargs(arch: ModelArch, hf_config: Any, layout: Layout, dtype: str,
+                       on_cpu: bool) -> dict[str, Any]:
+    """TransformerConfig arguments that reproduce the HF model and the scenario's layout."""
+    text = getattr(hf_config, "text_config", None) or hf_config
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype)
+    kwargs: dict[str, Any] = {
+        "num_layers": arch.num_layers, "hidden_size": arch.hidden_size, "num_attention_heads": arch.num_heads,
+        "num_query_groups": arch.num_kv_heads, "kv_channels": arch.head_dim,
+        "ffn_hidden_size": arch.ffn_hidden_size, "normalization": "RMSNorm",
+        "layernorm_epsilon": float(text.rms_norm_eps), "gated_linear_unit": True, "activation_func": F.silu,
+        "add_bias_linear": False, "add_qkv_bias": arch.qkv_bias, "qk_layernorm": arch.qk_norm,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0, "attention_softmax_in_fp32": True,
+        "tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp,
+        "virtual_pipeline_model_parallel_size": layout.vpp if layout.vpp > 1 else None,
+        "context_parallel_size": layout.cp, "sequence_parallel": layout.sequence_parallel,
+        "expert_model_parallel_size": layout.ep,
+        "expert_tensor_parallel_size": expert_tensor_parallel(layout),
+        "params_dtype": low or torch.float32, "pipeline_dtype": low or torch.float32,
+        "bf16": dtype == "bf16", "fp16": dtype == "fp16",
+        # perform_initialization stays on although the checkpoint overwrites every weight: Megatron sets the
+        # `tensor_model_parallel` attributes (which the grad norm uses to skip TP duplicates) only while
+        # initialising. Everything fused is CUDA-only or changes numerics.
+        "use_cpu_initialization": on_cpu, "perform_initialization": True,
+        "masked_softmax_fusion": False, "bias_activation_fusion": False, "bias_dropout_fusion": False,
+        "apply_rope_fusion": False, "gradient_accumulation_fusion": False, "persist_layer_norm": False,
+        # the loss function divides by the GLOBAL token count itself; Megatron must not rescale
+        "calculate_per_token_loss": True,
+    }
+    if arch.num_experts:
+        kwargs.update(_moe_kwargs(arch, text))
+    if on_cpu:
+        from engines.megatron.cpu_compat import config_overrides
+
+        kwargs.update(config_overrides())
+    return kwargs
+
+
+def _moe_kwargs(arch: ModelArch, text: Any) -> dict[str, Any]:
+    """Match HF's routing: softmax over all experts, top-k, renormalise (Mixtral always, Qwen3-MoE when
+    norm_topk_prob) == softmax over the top-k logits, which is Megatron's default (pre_softmax False).
+    Without renormalisation the probabilities are the pre-softmax ones. No aux loss, no capacity drop."""
+    normalise = arch.model_type == "mixtral" or bool(getattr(text, "norm_topk_prob", True))
+    kwargs: dict[str, Any] = {
+        "num_moe_experts": arch.num_experts, "moe_ffn_hidden_size": arch.moe_ffn_hidden_size,
+        "moe_router_topk": int(text.num_experts_per_tok), "moe_router_pre_softmax": not normalise,
+        "moe_router_score_function": "softmax", "moe_router_load_balancing_type": "none",
+        "moe_aux_loss_coeff": 0.0, "moe_z_loss_coeff": None, "moe_grouped_gemm": False,
+        "moe_token_dispatcher_type": "allgather", "moe_permute_fusion": False,
+    }
+    if not all(arch.moe_layers):
+        kwargs["moe_layer_freq"] = [int(m) for m in arch.moe_layers]
+    return kwargs

@@ -1,0 +1,265 @@
+"""Megatron-Core 0.16.1 on CPU with gloo: every patch in one place, applied only when the device is cpu.
+
+Megatron-Core assumes CUDA in a handful of places (see docs/megatron.md for the list and why each patch is
+sound). This shim patches private functions of one pinned release, so it refuses any other version rather than
+patch something it has not read. `CpuCompat.apply()` records every attribute it replaces and `restore()` puts
+them back, so a forked rank that runs another engine afterwards sees stock torch and Megatron. On cuda / npu
+nothing here runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.overrides import TorchFunctionMode
+
+SUPPORTED_MCORE_VERSION = "0.16.1"
+
+
+def check_version() -> None:
+    from megatron.core import package_info
+
+    if package_info.__version__ != SUPPORTED_MCORE_VERSION:
+        raise RuntimeError(
+            f"engines.megatron.cpu_compat patches private functions of megatron-core {SUPPORTED_MCORE_VERSION}; "
+            f"megatron-core {package_info.__version__} is installed. Install megatron-core=={SUPPORTED_MCORE_VERSION} "
+            "for CPU runs (`pip install -e .[megatron]`), or run on cuda where no shim is needed.")
+
+
+def config_overrides() -> dict[str, object]:
+    """TransformerConfig settings a CPU run needs.
+
+    batch_p2p_comm=False: batched isend/irecv on one gloo group matches messages between two ranks by posting
+    order, so with pp=2 (previous and next stage are the same rank) the interleaved schedule's combined
+    forward+backward exchange delivers a gradient where an activation was expected. The unbatched path puts
+    the two directions on different groups, as Megatron already does for pp=2."""
+    return {"batch_p2p_comm": False}
+
+
+# ---- stand-ins for CUDA objects ------------------------------------------------------------------------
+class _NullEvent:
+    """torch.cuda.Event on a device that executes synchronously."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record(self, *args: Any) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, *args: Any) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+class _NullStream:
+    """torch.cuda.Stream: CPU work is already ordered, so waiting and recording are no-ops."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_stream(self, *args: Any) -> None:
+        pass
+
+    def wait_event(self, *args: Any) -> None:
+        pass
+
+    def record_event(self, *args: Any) -> _NullEvent:
+        return _NullEvent()
+
+    def synchronize(self) -> None:
+        pass
+
+
+_DEFAULT_STREAM = _NullStream()
+
+
+def _is_cuda(device: Any) -> bool:
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    return isinstance(device, int) and not isinstance(device, bool)
+
+
+class CudaToCpuMode(TorchFunctionMode):
+    """Maps tensors Megatron creates or moves on 'cuda' (schedules' `torch.zeros([], device="cuda")`, `.cuda()`,
+    `pin_memory()`) to the CPU."""
+
+    def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in ("cuda", "pin_memory") and args and isinstance(args[0], torch.Tensor):
+            return args[0]
+        if _is_cuda(kwargs.get("device")):
+            kwargs = {**kwargs, "device": "cpu"}
+        if kwargs.get("pin_memory"):
+            kwargs = {**kwargs, "pin_memory": False}
+        if name == "to" and any(_is_cuda(a) for a in args[1:]):
+            args = tuple("cpu" if i and _is_cuda(a) else a for i, a in enumerate(args))
+        return func(*args, **kwargs)
+
+
+# ---- replacements for Megatron functions ---------------------------------------------------------------
+def _cpu_rng_get(*args: Any, **kwargs: Any) -> torch.Tensor:
+    return torch.get_rng_state()
+
+
+def _cpu_rng_set(state: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    torch.set_rng_state(state)
+
+
+def _move_to_cpu(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+    """moe_utils.maybe_move_tensor_to_cpu: split sizes must become host values even when already on CPU
+    (all_to_all_single rejects tensors as split sizes)."""
+    if torch.is_tensor(tensor) and as_numpy:
+        return tensor.cpu().numpy()
+    return tensor
+
+
+def _gather_first_dim_gloo(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """mappings._gather_along_first_dim: gloo cannot all_gather unequal sizes; pad to the largest, gather, trim."""
+
+    def gather(input_: torch.Tensor, group: Any, output_split_sizes: Any = None,
+               use_global_buffer: bool = False) -> torch.Tensor:
+        if output_split_sizes is None or group.size() == 1:
+            return original(input_, group, output_split_sizes, use_global_buffer)
+        sizes = [int(s) for s in output_split_sizes]
+        padded = input_.new_zeros(max(sizes), *input_.shape[1:])
+        padded[: input_.shape[0]] = input_
+        parts = [torch.empty_like(padded) for _ in sizes]
+        dist.all_gather(parts, padded.contiguous(), group=group)
+        return torch.cat([part[:size] for part, size in zip(parts, sizes, strict=True)])
+
+    return gather
+
+
+def _reduce_scatter_first_dim_gloo(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """mappings._reduce_scatter_along_first_dim with unequal splits (the backward of the gather above):
+    all-reduce the whole tensor and keep this rank's rows."""
+
+    def reduce_scatter(input_: torch.Tensor, group: Any, input_split_sizes: Any = None,
+                       use_global_buffer: bool = False) -> torch.Tensor:
+        if input_split_sizes is None or group.size() == 1:
+            return original(input_, group, input_split_sizes, use_global_buffer)
+        total = input_.contiguous().clone()
+        dist.all_reduce(total, group=group)
+        return list(torch.split(total, [int(s) for s in input_split_sizes]))[group.rank()].contiguous()
+
+    return reduce_scatter
+
+
+def _clip_grad_by_total_norm(parameters: Any, max_norm: float, total_norm: float,
+                             use_decoupled_grad: bool = False) -> None:
+    """clip_grads.clip_grad_by_total_norm_fp32 without its `grad.type() == 'torch.cuda.FloatTensor'` assert;
+    the same coefficient and the same in-place scaling."""
+    from megatron.core.utils import to_local_if_dtensor
+
+    attr = "decoupled_grad" if use_decoupled_grad else "grad"
+    grads = [to_local_if_dtensor(getattr(p, attr)).detach() for p in parameters
+             if getattr(p, attr, None) is not None]
+    clip_coeff = max_norm / (total_norm + 1.0e-6)
+    if clip_coeff < 1.0:
+        for grad in grads:
+            grad.mul_(clip_coeff)
+
+
+def _torch_norm_new(cls: type, config: Any, hidden_size: int, eps: float = 1e-5, **kwargs: Any) -> torch.nn.Module:
+    """WrappedTorchNorm without its `not sequence_parallel` assert. Under sequence parallel each TP rank normalises
+    its own tokens, so the weight gradient is partial: mark it `sequence_parallel` as Megatron's fused norms do,
+    and finalize_model_grads sums it over the TP group."""
+    norms = {"LayerNorm": torch.nn.LayerNorm, "RMSNorm": torch.nn.RMSNorm}
+    if config.normalization not in norms:
+        raise ValueError(f"normalization {config.normalization!r} is not supported by the CPU shim")
+    norm = norms[config.normalization](normalized_shape=hidden_size, eps=eps)
+    for param in norm.parameters():
+        param.sequence_parallel = bool(config.sequence_parallel)
+    return norm
+
+
+class CpuCompat:
+    """The patch set. `apply()` once per engine setup, `restore()` in teardown."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any, bool]] = []
+        self._mode: CudaToCpuMode | None = None
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        if isinstance(owner, type):  # keep the raw class attribute (a staticmethod for __new__)
+            had = name in vars(owner)
+            old = vars(owner).get(name)
+        else:
+            had = hasattr(owner, name)
+            old = getattr(owner, name, None)
+        self._saved.append((owner, name, old, had))
+        setattr(owner, name, value)
+
+    def apply(self) -> None:
+        check_version()
+        from megatron.core.optimizer import clip_grads
+        from megatron.core.optimizer import optimizer as megatron_optimizer
+        from megatron.core.tensor_parallel import mappings, random
+        from megatron.core.transformer import torch_norm
+        from megatron.core.transformer.moe import moe_utils, token_dispatcher
+
+        cuda = torch.cuda
+        self._set(cuda, "current_device", lambda: torch.device("cpu"))
+        self._set(cuda, "synchronize", lambda *a, **k: None)
+        self._set(cuda, "Stream", _NullStream)
+        self._set(cuda, "Event", _NullEvent)
+        self._set(cuda, "stream", lambda *a, **k: contextlib.nullcontext())
+        self._set(cuda, "current_stream", lambda *a, **k: _DEFAULT_STREAM)
+        self._set(cuda, "default_stream", lambda *a, **k: _DEFAULT_STREAM)
+        # RNG tracker: Megatron's CUDA generator states become CPU generator states
+        self._set(cuda, "get_rng_state", _cpu_rng_get)
+        self._set(cuda, "set_rng_state", _cpu_rng_set)
+        self._set(cuda, "manual_seed", torch.manual_seed)
+        self._set(random, "_get_cuda_rng_state", _cpu_rng_get)
+        self._set(random, "_set_cuda_rng_state", _cpu_rng_set)
+        # MoE: the router's TE gemm import failed silently (NameError later); alltoall split sizes to host
+        if getattr(moe_utils, "te_general_gemm", None) is None:
+            self._set(moe_utils, "te_general_gemm", None)
+        self._set(token_dispatcher, "maybe_move_tensor_to_cpu", _move_to_cpu)
+        # the alltoall dispatcher caches its DtoH stream on the class: drop our stand-in on restore
+        self._set(token_dispatcher.MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", None)
+        self._set(mappings, "_gather_along_first_dim", _gather_first_dim_gloo(mappings._gather_along_first_dim))
+        self._set(mappings, "_reduce_scatter_along_first_dim",
+                  _reduce_scatter_first_dim_gloo(mappings._reduce_scatter_along_first_dim))
+        self._set(torch_norm.WrappedTorchNorm, "__new__", _torch_norm_new)
+        # gradient clipping asserts CUDA grads
+        self._set(clip_grads, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm)
+        self._set(megatron_optimizer, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm)
+        self._mode = CudaToCpuMode()
+        self._mode.__enter__()
+
+    def restore(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        for owner, name, value, had in reversed(self._saved):
+            if had:
+                setattr(owner, name, value)
+            else:
+                with contextlib.suppress(AttributeError):
+                    delattr(owner, name)
+        self._saved.clear()
+
+
+@contextlib.contextmanager
+def cpu_compat() -> Iterator[CpuCompat]:
+    """The shim for a block (tests); engines call apply()/restore() across setup and teardown."""
+    shim = CpuCompat()
+    shim.apply()
+    try:
+        yield shim
+    finally:
+        shim.restore()

@@ -1,0 +1,238 @@
+"""`megatron`: a Megatron-Core GPTModel built from the HF checkpoint, trained by Megatron's own machinery —
+`get_forward_backward_func` schedules (1F1B, interleaved), DistributedDataParallel + finalize_model_grads,
+`get_megatron_optimizer` (optionally distributed), its RNG tracker — on any TP / SP / PP / VPP / CP / EP / ETP
+layout. On CPU the `cpu_compat` shim makes the same code run with gloo.
+
+Loss normalisation: the shared workload loss divides each rank's token sum by the GLOBAL real-token count,
+Megatron sums gradients over dp x cp (calculate_per_token_loss) and finalize_model_grads is called without
+its own token rescale, so the gradient is exactly the global token-mean's.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from engines.base import Engine, StepOutput, TokenOutputs
+from engines.megatron.batching import MicroBatch, assemble, micro_batches
+from engines.megatron.config import (
+    SCHEDULE_DEFAULTS,
+    RoutedKwargs,
+    expert_tensor_parallel,
+    read_back,
+    route_mcore_kwargs,
+    transformer_kwargs,
+)
+from engines.megatron.convert import ModelArch
+from engines.megatron.faults import apply_tp_allreduce_skip, stage_grad_factor
+from harness.losses import logprobs_and_entropy, masked_loss_sum
+from harness.workload import Batch
+
+#: Megatron pads the vocabulary to a multiple of this times TP (its `make_vocab_size_divisible_by` default)
+VOCAB_DIVISOR = 128
+
+
+def finalize_grads_without_token_rescale(model: list[Any], num_tokens: Any = None, pg_collection: Any = None,
+                                         force_all_reduce: bool = False) -> None:
+    """finalize_model_grads (dp x cp reduction, SP norm / embedding all-reduces) minus the division by the
+    token count: the loss is already divided by the global count."""
+    from megatron.core.distributed import finalize_model_grads
+
+    finalize_model_grads(model, None, pg_collection=pg_collection, force_all_reduce=force_all_reduce)
+
+
+class MegatronEngine(Engine):
+    """Subclass hooks: `prepare_megatron()` runs before Megatron initialises (MindSpeed patches Megatron there);
+    `transformer_config_kwargs()` is the TransformerConfig a subclass may extend."""
+
+    # ---- hooks ---------------------------------------------------------------------------------------------
+    def prepare_megatron(self) -> None:
+        """Runs after the CPU shim and before `initialize_model_parallel`. Nothing to do here."""
+
+    def transformer_config_kwargs(self) -> dict[str, Any]:
+        kwargs = transformer_kwargs(self.arch, self.hf_config, self.ctx.scenario.layout, self.ctx.scenario.dtype,
+                                    self.on_cpu)
+        return {**kwargs, **self.routed.transformer}
+
+    # ---- setup ---------------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        import transformers
+        from megatron.core import parallel_state, tensor_parallel
+
+        from engines.megatron.cpu_compat import CpuCompat
+        from harness.models import get_rope_theta
+
+        ctx, layout = self.ctx, self.ctx.scenario.layout
+        if layout.ulysses > 1:
+            raise ValueError("the megatron engine has no Ulysses; use layout.cp for context parallel")
+        self.on_cpu = ctx.device.type == "cpu"
+        self._shim = CpuCompat() if self.on_cpu else None
+        if self._shim is not None:
+            self._shim.apply()
+        self.prepare_megatron()
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
+            virtual_pipeline_model_parallel_size=layout.vpp if layout.vpp > 1 else None,
+            context_parallel_size=layout.cp, expert_model_parallel_size=layout.ep,
+            expert_tensor_parallel_size=expert_tensor_parallel(layout))
+        tensor_parallel.model_parallel_cuda_manual_seed(ctx.scenario.workload.seed)
+
+        self.hf_config = transformers.AutoConfig.from_pretrained(ctx.checkpoint)
+        ctx.faults.patch_hf_config(self.hf_config)
+        self.arch = ModelArch.from_hf_config(self.hf_config, vocab_divisor=VOCAB_DIVISOR * layout.tp)
+        self.routed: RoutedKwargs = route_mcore_kwargs(ctx.scenario.mcore_kwargs)
+        self._warn_rejected()
+        self.schedule = {**SCHEDULE_DEFAULTS, **self.routed.schedule}
+        self._build(get_rope_theta(self.hf_config))
+
+    def _warn_rejected(self) -> None:
+        if self.ctx.rank == 0:
+            for key, why in self.routed.rejected.items():
+                print(f"WARNING: mcore_kwargs '{key}' NOT applied: {why}", file=sys.stderr, flush=True)
+
+    def _build(self, rope_theta: float) -> None:
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.transformer.module import Float16Module
+        from megatron.core.transformer.transformer_config import TransformerConfig
+
+        from engines.megatron.hf_weights import SafetensorsCheckpoint
+        from engines.megatron.model import build_chunks, current_shard, have_transformer_engine, load_hf_weights
+
+        ctx, workload = self.ctx, self.ctx.scenario.workload
+        self.config = TransformerConfig(**self.transformer_config_kwargs())
+        chunks = build_chunks(self.config, self.arch, rope_theta, have_transformer_engine() and not self.on_cpu,
+                              workload.seq_len)
+        checkpoint, shard = SafetensorsCheckpoint(ctx.checkpoint), current_shard()
+        for chunk in chunks:
+            chunk.to(ctx.device)
+            load_hf_weights(chunk, checkpoint, self.arch, shard, ctx.faults.has("qkv_interleave"))
+        apply_tp_allreduce_skip(ctx.faults, chunks)
+        if self.config.bf16 or self.config.fp16:
+            chunks = [Float16Module(self.config, chunk) for chunk in chunks]
+        self.ddp_config = DistributedDataParallelConfig(
+            **{"grad_reduce_in_fp32": True, "overlap_grad_reduce": False, **self.routed.ddp})
+        self.model = [DistributedDataParallel(self.config, self.ddp_config, chunk, disable_bucketing=i > 0)
+                      for i, chunk in enumerate(chunks)]
+        self.config.finalize_model_grads_func = finalize_grads_without_token_rescale
+        sgd = workload.optimizer == "sgd"
+        self.optimizer_config = OptimizerConfig(**{
+            # torch.optim.AdamW's numerics: decoupled weight decay, default betas, eps 1e-8; plain SGD
+            "optimizer": "sgd" if sgd else "adam", "lr": workload.lr, "min_lr": workload.lr,
+            "weight_decay": workload.weight_decay, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8,
+            "decoupled_weight_decay": True, "sgd_momentum": 0.0, "clip_grad": workload.grad_clip,
+            "bf16": self.config.bf16, "fp16": self.config.fp16, "params_dtype": self.config.params_dtype,
+            "use_distributed_optimizer": self.ddp_config.use_distributed_optimizer, **self.routed.optimizer})
+        # config_overrides={}: weight decay on every parameter, as torch.optim.AdamW over model.parameters()
+        self.optimizer = get_megatron_optimizer(self.optimizer_config, self.model, config_overrides={})
+        if self.config.fp16:
+            self.config.grad_scale_func = self.optimizer.scale_loss
+
+    def applied_kwargs(self) -> dict[str, Any]:
+        given = self.ctx.scenario.mcore_kwargs
+        sources = {"transformer": self.config, "ddp": self.ddp_config, "optimizer": self.optimizer_config}
+        applied = {key: read_back(key, sources, self.schedule) for key in given if key not in self.routed.rejected}
+        return {"mcore_kwargs": applied} if applied else {}
+
+    # ---- running the schedule ------------------------------------------------------------------------------
+    def _coords(self) -> tuple[int, int]:
+        from megatron.core import parallel_state
+
+        return parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
+
+    def _owner(self) -> bool:
+        """The rank that reports this dp x cp coordinate's per-token results: TP rank 0 of the last stage."""
+        from megatron.core import parallel_state
+
+        return parallel_state.is_pipeline_last_stage() and parallel_state.get_tensor_model_parallel_rank() == 0
+
+    def _schedule(self, micro: list[MicroBatch], loss_func: Any, forward_only: bool) -> None:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        def forward_step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
+            mb = next(data_iterator)
+            logits = model(input_ids=mb.tokens, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
+                           runtime_gather_output=True)
+            return logits, partial(loss_func, mb)
+
+        get_forward_backward_func()(
+            forward_step_func=forward_step, data_iterator=[iter(micro) for _ in self.model], model=self.model,
+            num_microbatches=len(micro), seq_length=self.ctx.scenario.workload.seq_len,
+            micro_batch_size=self.schedule["micro_batch_size"], forward_only=forward_only)
+
+    def _scores(self, mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs and entropy over the REAL vocabulary (TP-gathered logits, padding dropped)."""
+        return logprobs_and_entropy(logits[..., : self.arch.vocab_size], mb.labels)
+
+    @torch.no_grad()
+    def forward(self, batch: Batch) -> TokenOutputs | None:
+        for chunk in self.model:
+            chunk.eval()
+        dp, dp_rank = self._coords()
+        micro = micro_batches(batch, None, dp, dp_rank, self.schedule["micro_batch_size"], self.ctx.device)
+        pieces: list[tuple[MicroBatch, torch.Tensor, torch.Tensor]] = []
+
+        def loss_func(mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+            logprobs, entropy = self._scores(mb, logits)
+            pieces.append((mb, logprobs, entropy))
+            return logprobs.sum() * 0, torch.zeros([], dtype=torch.int, device=logits.device), {}
+
+        self._schedule(micro, loss_func, forward_only=True)
+        shape, owner, device = tuple(batch.input_ids.shape), self._owner(), self.ctx.device
+        logprobs = assemble(shape, [(mb, lp) for mb, lp, _ in pieces], owner, device)
+        entropy = assemble(shape, [(mb, ent) for mb, _, ent in pieces], owner, device)
+        if self.ctx.rank != 0:
+            return None
+        cols = slice(batch.prompt_len - 1, -1)
+        return TokenOutputs(logprobs=logprobs[:, cols], entropy=entropy[:, cols])
+
+    def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput | None:
+        from megatron.core import parallel_state
+
+        ctx, workload = self.ctx, self.ctx.scenario.workload
+        for chunk in self.model:
+            chunk.train()
+            chunk.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        dp, dp_rank = self._coords()
+        micro = micro_batches(batch, old_logprobs, dp, dp_rank, self.schedule["micro_batch_size"], ctx.device)
+        local_tokens = float(sum(mb.score_mask.sum() for mb in micro))
+        normalizer = ctx.faults.normalizer(float(batch.response_mask.sum()), local_tokens)
+        loss_scale = ctx.faults.loss_scale(step)
+        losses: list[torch.Tensor] = []
+
+        def loss_func(mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+            logprobs, entropy = self._scores(mb, logits)
+            loss = masked_loss_sum(workload, logprobs, entropy, mb.old_logprobs, mb.advantages, mb.score_mask,
+                                   normalizer)
+            losses.append(loss.detach())
+            tokens = mb.score_mask.sum().to(torch.int)
+            return loss * loss_scale, tokens, {}
+
+        self._schedule(micro, loss_func, forward_only=False)
+        grads = [p.main_grad for chunk in self.model for p in chunk.parameters() if p.requires_grad]
+        ctx.faults.scale_grads(grads, step)
+        factor = stage_grad_factor(ctx.faults, step, parallel_state.get_pipeline_model_parallel_rank(),
+                                   parallel_state.get_pipeline_model_parallel_world_size(), ctx.world_size)
+        if factor != 1.0:
+            for grad in grads:
+                grad.mul_(factor)
+        _, grad_norm, _ = self.optimizer.step()  # Megatron's norm is taken before it clips
+        total = torch.stack(losses).sum() if losses and self._owner() else torch.zeros([])
+        total = total.to(ctx.device)
+        dist.all_reduce(total)
+        if ctx.rank != 0:
+            return None
+        return StepOutput(loss=float(total), grad_norm=float(grad_norm))
+
+    def teardown(self) -> None:
+        from megatron.core import parallel_state
+
+        parallel_state.destroy_model_parallel()
+        if self._shim is not None:
+            self._shim.restore()
+            self._shim = None

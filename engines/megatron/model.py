@@ -1,0 +1,113 @@
+"""The Megatron-Core GPTModel chunks of one rank: layer spec, explicit-position RoPE, HF weights loaded in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from megatron.core import parallel_state
+from megatron.core.models.common.embeddings.rope_utils import get_pos_emb_on_this_cp_rank
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from engines.megatron.convert import ModelArch, Shard, hf_to_mcore, te_name
+
+
+def have_transformer_engine() -> bool:
+    try:
+        import transformer_engine  # noqa: F401
+    except Exception:  # not installed, or installed without its CUDA libraries
+        return False
+    return True
+
+
+class PositionalGPTModel(GPTModel):
+    """GPTModel whose RoPE angles come from the batch's position_ids, as HF computes them.
+
+    Stock Megatron rotates by 0..S-1; with left-padded prompts HF's positions start at each row's first real
+    token. Attention only sees position differences, so both agree in exact arithmetic, but computing the same
+    angles as HF keeps the comparison at rounding level. Under CP the per-rank slice is taken with Megatron's
+    own `get_pos_emb_on_this_cp_rank`, so the forward step passes the WHOLE [b, s] position_ids."""
+
+    def _preprocess(self, input_ids: Any, position_ids: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        out = super()._preprocess(input_ids, position_ids, *args, **kwargs)
+        if self.position_embedding_type != "rope" or position_ids is None:
+            return out
+        inv_freq = self.rotary_pos_emb.inv_freq.to(position_ids.device)
+        freqs = position_ids.float()[..., None] * inv_freq  # [b, s, d/2]
+        emb = torch.cat([freqs, freqs], dim=-1).transpose(0, 1)[:, :, None, :]  # [s, b, 1, d]
+        cp_group = parallel_state.get_context_parallel_group()
+        if cp_group.size() > 1:
+            emb = get_pos_emb_on_this_cp_rank(emb, 0, cp_group)
+        return (out[0], emb, *out[2:])
+
+
+def layer_spec(config: TransformerConfig, use_te: bool, vp_stage: int | None, cp_on_cpu: bool) -> Any:
+    """Decoder block spec: TE where available, else the local spec (torch RMSNorm, local attention)."""
+    block = get_gpt_decoder_block_spec(config, use_transformer_engine=use_te, normalization=config.normalization,
+                                       vp_stage=vp_stage)
+    for spec in {id(s): s for s in block.layer_specs}.values():
+        attention = spec.submodules.self_attention
+        if use_te:
+            # left-padded prompts: TE's padding masks assume right padding, so pass the full mask
+            attention.params = {**attention.params, "attn_mask_type": AttnMaskType.arbitrary}
+        elif cp_on_cpu:
+            from engines.megatron.cp_attention import CPGatherAttention
+
+            attention.submodules.core_attention = CPGatherAttention
+    return block
+
+
+def build_chunks(config: TransformerConfig, arch: ModelArch, rope_theta: float, use_te: bool,
+                 max_seq_len: int) -> list[GPTModel]:
+    """One GPTModel per virtual pipeline stage of this rank."""
+    vpp = parallel_state.get_virtual_pipeline_model_parallel_world_size()
+    chunks = []
+    for vp_stage in range(vpp or 1):
+        stage = vp_stage if vpp else None
+        chunks.append(PositionalGPTModel(
+            config=config,
+            transformer_layer_spec=layer_spec(config, use_te, stage, config.context_parallel_size > 1),
+            vocab_size=arch.padded_vocab_size, max_sequence_length=max_seq_len,
+            pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage),
+            post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage),
+            parallel_output=True, share_embeddings_and_output_weights=arch.tied,
+            position_embedding_type="rope", rotary_percent=1.0, rotary_base=rope_theta, vp_stage=stage))
+    return chunks
+
+
+def current_shard() -> Shard:
+    ps = parallel_state
+    return Shard(tp_size=ps.get_tensor_model_parallel_world_size(), tp_rank=ps.get_tensor_model_parallel_rank(),
+                 ep_size=ps.get_expert_model_parallel_world_size(), ep_rank=ps.get_expert_model_parallel_rank(),
+                 etp_size=ps.get_expert_tensor_parallel_world_size(), etp_rank=ps.get_expert_tensor_parallel_rank())
+
+
+def layer_map(chunk: GPTModel) -> dict[int, int]:
+    """Local layer index -> global layer index, from Megatron's own 1-based `layer_number` (PP/VPP offsets)."""
+    return {local: layer.layer_number - 1 for local, layer in enumerate(chunk.decoder.layers)}
+
+
+@torch.no_grad()
+def load_hf_weights(chunk: GPTModel, hf: Mapping[str, torch.Tensor], arch: ModelArch, shard: Shard,
+                    wrong_qkv_interleave: bool = False) -> None:
+    """Copy this chunk's share of the HF checkpoint into it; every parameter must be covered exactly once."""
+    tensors = hf_to_mcore(hf, arch, shard, layer_map(chunk), chunk.pre_process, chunk.post_process,
+                          wrong_qkv_interleave)
+    params = dict(chunk.named_parameters())
+    loaded = set()
+    for name, tensor in tensors.items():
+        target = name if name in params else te_name(name)
+        if target not in params:
+            raise KeyError(f"converted weight {name} has no parameter in the Megatron model")
+        param = params[target]
+        if param.shape != tensor.shape:
+            raise ValueError(f"{target}: converted shape {tuple(tensor.shape)} != parameter {tuple(param.shape)}")
+        param.copy_(tensor.to(param.dtype))
+        loaded.add(target)
+    missing = sorted(set(params) - loaded)
+    if missing:
+        raise KeyError(f"Megatron parameters not loaded from the checkpoint: {missing}")

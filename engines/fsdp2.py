@@ -16,9 +16,10 @@ from engines.hf_common import load_hf_model, make_optimizer
 from harness.losses import logprobs_and_entropy, masked_loss_sum
 from harness.workload import Batch
 
-#: fsdp_kwargs this engine understands -> how each is applied
+#: fsdp_kwargs this engine applies; applied_kwargs() reads each back from the FSDP state of the model
 FSDP_KWARGS = ("reshard_after_forward", "param_dtype", "reduce_dtype")
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
 
 
 class FSDP2Engine(Engine):
@@ -35,31 +36,32 @@ class FSDP2Engine(Engine):
             groups = [dist.new_group(list(range(d * self.sp, (d + 1) * self.sp))) for d in range(self.dp)]
             ulysses.STATE.group = groups[self.dp_rank]
         model = load_hf_model(self.ctx, ulysses.ATTN_NAME if self.sp > 1 else "sdpa")
-        self._applied = self._resolve_kwargs(self.ctx.scenario.fsdp_kwargs)
-        mp = MixedPrecisionPolicy(param_dtype=self._applied["param_dtype"],
-                                  reduce_dtype=self._applied["reduce_dtype"])
+        settings = self.fully_shard_settings(self.ctx.scenario.fsdp_kwargs)
+        mp = MixedPrecisionPolicy(param_dtype=settings["param_dtype"], reduce_dtype=settings["reduce_dtype"])
         mesh = init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
         for layer in model.model.layers:
-            fully_shard(layer, mesh=mesh, mp_policy=mp,
-                        reshard_after_forward=self._applied["reshard_after_forward"])
-        fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=self._applied["reshard_after_forward"])
+            fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=settings["reshard_after_forward"])
+        fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=settings["reshard_after_forward"])
         self.model = model
         self.optimizer = make_optimizer(model.parameters(), self.ctx.scenario.workload)
 
-    def _resolve_kwargs(self, given: dict[str, Any]) -> dict[str, Any]:
-        """Effective settings; unknown keys are left out of applied_kwargs (the propagation check fails them)."""
-        default_dtype = self.ctx.dtype
+    def fully_shard_settings(self, given: dict[str, Any]) -> dict[str, Any]:
+        """fully_shard arguments from fsdp_kwargs over the scenario's defaults; unknown keys are not used
+        (and so never reported as applied: the propagation check fails them)."""
         return {
             "reshard_after_forward": bool(given.get("reshard_after_forward", True)),
-            "param_dtype": _DTYPES[given.get("param_dtype", self.ctx.scenario.dtype)] if given.get("param_dtype")
-            else default_dtype,
-            "reduce_dtype": _DTYPES[given["reduce_dtype"]] if given.get("reduce_dtype") else torch.float32,
+            "param_dtype": _DTYPES[given.get("param_dtype", self.ctx.scenario.dtype)],
+            "reduce_dtype": _DTYPES[given.get("reduce_dtype", "fp32")],
         }
 
     def applied_kwargs(self) -> dict[str, Any]:
-        known = {k: str(v).replace("torch.", "") if isinstance(v, torch.dtype) else v
-                 for k, v in self._applied.items() if k in self.ctx.scenario.fsdp_kwargs}
-        return {"fsdp_kwargs": known} if known else {}
+        """Read back from the FSDP state of the first layer, not from what was asked for."""
+        group = self.model.model.layers[0]._get_fsdp_state()._fsdp_param_group
+        effective = {"reshard_after_forward": group.post_forward_mesh_info is not None,
+                     "param_dtype": _DTYPE_NAMES[group.mp_policy.param_dtype or torch.float32],
+                     "reduce_dtype": _DTYPE_NAMES[group.mp_policy.reduce_dtype or torch.float32]}
+        given = self.ctx.scenario.fsdp_kwargs
+        return {"fsdp_kwargs": {k: v for k, v in effective.items() if k in given}} if given else {}
 
     # ---- sharding of the global batch -------------------------------------------------------------
     def _local(self, batch: Batch) -> tuple[Batch, slice]:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from harness.errors import ScenarioError, did_you_mean
 from harness.names import RENAMED_KEYS, RENAMED_STRATEGIES, STRATEGIES
 from harness.schema import Scenario
+from harness.verl_config import translate
 
 AXES = ("model", "strategy", "engine", "layout", "dtype", "device", "reference", "baseline")
 TOP_LEVEL_KEYS = ("defaults", "matrix", "description")
@@ -97,9 +98,11 @@ def parse_scenario(raw: dict[str, Any], *, file: str, label: str) -> Scenario:
     """One expanded entry -> Scenario, with renamed names and typos turned into clear errors."""
     where = {"file": file, "scenario": _label(raw, label)}
     for old, (new, why) in RENAMED_KEYS.items():
-        if old in raw:
-            raise ScenarioError(f"'{old}' was renamed to '{new}': {why}. Run `parity migrate {file}`.",
-                                key=old, **where)
+        for block, prefix in ((raw, ""), (raw.get("verl") if isinstance(raw.get("verl"), dict) else {}, "verl.")):
+            if old in block:
+                raise ScenarioError(f"'{old}' was renamed to '{new}': {why}. Run `parity migrate {file}`.",
+                                    key=prefix + old, **where)
+    raw = translate(raw, where)
     strategy = raw.get("strategy")
     if isinstance(strategy, str) and strategy not in STRATEGIES:
         if strategy in RENAMED_STRATEGIES:

@@ -18,7 +18,6 @@ STRATEGIES: dict[str, str] = {
 #: old strategy value -> new strategy value
 RENAMED_STRATEGIES: dict[str, str] = {
     "mindspeed_llm": "mindspeed_megatron",
-    "mindspeed_mm": "mindspeed_fsdp",
 }
 
 #: old scenario key -> (new key or None, explanation)

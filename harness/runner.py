@@ -24,8 +24,6 @@ from harness.validate import skip_reason
 from harness.verdict import Verdict, errored, judge, skipped
 from harness.worker import RunJob
 
-MEGATRON_STRATEGIES = {"megatron", "mindspeed_megatron"}
-
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
@@ -181,7 +179,9 @@ class Runner:
     def _forked_launcher(self, scenario: Scenario) -> ForkedLauncher:
         if self._forked is None:
             preload = ["torch", "harness.preload"]
-            if any(s.strategy in MEGATRON_STRATEGIES for s in [*self._planned, scenario]):
+            strategies = {s.strategy for s in [*self._planned, scenario]}
+            # MindSpeed's adaptor must patch megatron before megatron is imported: never preload it then
+            if "megatron" in strategies and "mindspeed_megatron" not in strategies:
                 preload.append("engines.megatron")
             self._forked = ForkedLauncher(preload)
         return self._forked

@@ -24,7 +24,7 @@ SUPPORTED_DIMS: dict[str, set[str]] = {
     "fsdp2": {"dp", "ulysses"},
     "megatron": {"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel"},
     "mindspeed_megatron": {"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel"},
-    "mindspeed_fsdp": {"dp", "tp", "cp", "ep", "ulysses"},
+    "mindspeed_fsdp": {"dp", "tp", "ep", "ulysses"},  # its FSDP engine has no context-parallel attention
 }
 
 #: strategy -> "module:function(scenario, shape) -> list[(key, message)]" with engine-specific rules
@@ -89,6 +89,9 @@ def _shape_errors(scenario: Scenario, shape: ModelShape) -> list[tuple[str, str]
         if shape.num_heads % degree or shape.num_kv_heads % degree:
             errors.append((f"layout.{dim}", f"{dim}({degree}) must divide the attention heads ({shape.num_heads}) "
                                             f"and KV heads ({shape.num_kv_heads}) of {scenario.model}"))
+    if lay.tp > 1 and lay.ulysses > 1 and shape.num_kv_heads % (lay.tp * lay.ulysses):
+        errors.append(("layout.ulysses", f"tp({lay.tp}) * ulysses({lay.ulysses}) must divide the KV heads "
+                                         f"({shape.num_kv_heads}) of {scenario.model}"))
     if shape.num_layers % (lay.pp * lay.vpp):
         errors.append(("layout.pp", f"{scenario.model} has {shape.num_layers} layers, not divisible by "
                                     f"pp({lay.pp}) * vpp({lay.vpp})"))

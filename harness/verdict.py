@@ -74,10 +74,11 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
           baseline: RunRecord | None = None) -> Verdict:
     limits = limits_for(scenario.dtype, scenario.tolerance)
     checks, metrics = _candidate_checks(candidate, reference, limits, baseline)
-    dropped = dropped_kwargs(scenario, candidate)
     reasons = [c.reason() for c in checks if not c.passed]
-    if dropped:
+    if dropped := dropped_kwargs(scenario, candidate):
         reasons.append(f"dropped engine kwargs: {', '.join(dropped)} (accepted but never applied by the engine)")
+    if differing := kwargs_not_as_given(scenario, candidate):
+        reasons.append(f"engine kwargs not applied as given: {'; '.join(differing)}")
     metrics |= {"step_time_s": _mean([s.step_time_s for s in candidate.steps]),
                 "forward_time_s": candidate.forward_time_s,
                 "peak_memory_mb": candidate.peak_memory_bytes / 2**20,
@@ -139,6 +140,17 @@ def dropped_kwargs(scenario: Scenario, record: RunRecord) -> list[str]:
         applied = record.applied_kwargs.get(block, {})
         dropped += [f"{block}.{key}" for key in getattr(scenario, block) if key not in applied]
     return dropped
+
+
+def kwargs_not_as_given(scenario: Scenario, record: RunRecord) -> list[str]:
+    """Keys the engine reports with an effective value other than the one requested."""
+    differing = []
+    for block in ("mcore_kwargs", "fsdp_kwargs", "engine_kwargs"):
+        applied = record.applied_kwargs.get(block, {})
+        for key, requested in getattr(scenario, block).items():
+            if key in applied and applied[key] != requested and str(applied[key]) != str(requested):
+                differing.append(f"{block}.{key} requested {requested!r}, effective {applied[key]!r}")
+    return differing
 
 
 def _mean(values: list[float]) -> float:

@@ -1,0 +1,101 @@
+"""`parity migrate FILE...`: rewrite historic names in scenario files in place (comments kept);
+`--check` only reports and exits 1 when a file still uses an old name (a CI gate)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ScenarioError
+from harness.names import RENAMED_KEYS, RENAMED_STRATEGIES
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    path: str
+    """Where in the YAML tree, e.g. matrix[2].llm_kwargs."""
+    old: str
+    new: str
+
+
+def migrate_tree(node: Any, path: str = "") -> list[Change]:
+    """Rename old keys and strategy values in a ruamel round-trip tree, in place."""
+    changes: list[Change] = []
+    if isinstance(node, dict):
+        for key in list(node.keys()):
+            if key in RENAMED_KEYS and RENAMED_KEYS[key][0] is not None:
+                new_key = RENAMED_KEYS[key][0]
+                if new_key in node:
+                    raise ScenarioError(f"both '{key}' and '{new_key}' are given; merge them by hand",
+                                        key=f"{path}{key}")
+                position = list(node.keys()).index(key)
+                node.insert(position, new_key, node.pop(key))
+                changes.append(Change(f"{path}{key}", key, new_key))
+                key = new_key
+            value = node[key]
+            if key == "strategy":
+                changes += _rename_strategy(node, key, value, f"{path}{key}")
+            else:
+                changes += migrate_tree(value, f"{path}{key}.")
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            changes += migrate_tree(item, f"{path.rstrip('.')}[{index}].")
+    return changes
+
+
+def _rename_strategy(node: Any, key: str, value: Any, path: str) -> list[Change]:
+    if isinstance(value, str) and value in RENAMED_STRATEGIES:
+        node[key] = RENAMED_STRATEGIES[value]
+        return [Change(path, value, node[key])]
+    if isinstance(value, list):
+        changes = []
+        for index, item in enumerate(value):
+            if isinstance(item, str) and item in RENAMED_STRATEGIES:
+                value[index] = RENAMED_STRATEGIES[item]
+                changes.append(Change(f"{path}[{index}]", item, value[index]))
+        return changes
+    return []
+
+
+def migrate_file(path: Path, write: bool) -> list[Change]:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    try:
+        tree = yaml.load(path.read_text())
+    except (OSError, YAMLError) as exc:
+        raise ScenarioError(f"cannot migrate: {exc}", file=str(path)) from None
+    try:
+        changes = migrate_tree(tree)
+    except ScenarioError as exc:
+        raise exc.located(file=str(path)) from None
+    if changes and write:
+        buffer = io.StringIO()
+        yaml.dump(tree, buffer)
+        path.write_text(buffer.getvalue())
+    return changes
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    stale = 0
+    for name in args.files:
+        changes = migrate_file(Path(name), write=not args.check)
+        stale += bool(changes)
+        verb = "uses old names" if args.check else "migrated"
+        for change in changes:
+            print(f"{name}: {change.path}: {change.old} -> {change.new}")
+        print(f"{name}: {verb} ({len(changes)} changes)" if changes else f"{name}: up to date")
+    return 1 if (args.check and stale) else 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("migrate", help="rewrite renamed strategy and kwargs names in scenario files")
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file uses old names")
+    parser.set_defaults(func=cmd_migrate)

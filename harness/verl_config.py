@@ -1,0 +1,92 @@
+"""Engine settings in the field names verl users already have in their YAML, mapped onto the harness layout.
+
+A scenario may carry a `verl:` block (verl's McoreEngineConfig / FSDPEngineConfig / MindSpeedEngineConfig
+names) instead of `strategy` + `layout`. The same constraints verl enforces apply: sequence parallel is
+forced off at TP=1 (with a warning), `fsdp_size: -1` means the whole data-parallel world.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from harness.errors import ScenarioError, did_you_mean
+
+#: verl name -> harness layout field
+LAYOUT_FIELDS = {
+    "tensor_model_parallel_size": "tp",
+    "pipeline_model_parallel_size": "pp",
+    "virtual_pipeline_model_parallel_size": "vpp",
+    "context_parallel_size": "cp",
+    "expert_model_parallel_size": "ep",
+    "expert_tensor_parallel_size": "etp",
+    "ulysses_sequence_parallel_size": "ulysses",
+    "sequence_parallel": "sequence_parallel",
+}
+#: verl name -> (harness kwargs block, key)
+KWARG_FIELDS = {"use_distributed_optimizer": ("mcore_kwargs", "use_distributed_optimizer"),
+                "reshard_after_forward": ("fsdp_kwargs", "reshard_after_forward")}
+OTHER_FIELDS = ("strategy", "fsdp_size", "mcore_kwargs", "fsdp_kwargs", "dtype", "seed", "n_gpus_per_node",
+                "nnodes")
+KNOWN = (*LAYOUT_FIELDS, *KWARG_FIELDS, *OTHER_FIELDS)
+#: verl dtype spellings -> harness dtype
+DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "float32": "fp32", "fp32": "fp32"}
+#: verl's FSDP backends run as the harness's fsdp2 engine
+STRATEGY_ALIASES = {"fsdp": "fsdp2"}
+
+
+def translate(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:
+    """A raw scenario mapping with a `verl:` block -> the same mapping in harness fields."""
+    block = raw.get("verl")
+    if block is None:
+        return raw
+    if not isinstance(block, dict):
+        raise ScenarioError("'verl' must be a mapping of verl engine config fields", key="verl", **where)
+    for clash in ("strategy", "layout", "engine"):
+        if clash in raw:
+            raise ScenarioError(f"give the engine either as 'verl' or as '{clash}', not both", key=clash, **where)
+    for key in block:
+        if key not in KNOWN:
+            raise ScenarioError(f"unknown verl engine field{did_you_mean(key, KNOWN)}", key=f"verl.{key}", **where)
+    out = {k: v for k, v in raw.items() if k != "verl"}
+    strategy = block.get("strategy", "fsdp2")
+    out["strategy"] = STRATEGY_ALIASES.get(strategy, strategy)
+    layout = {LAYOUT_FIELDS[k]: v for k, v in block.items() if k in LAYOUT_FIELDS and v is not None}
+    if layout.get("sequence_parallel") and layout.get("tp", 1) == 1:
+        print(f"parity: warning: {where['file']}, scenario {where['scenario']}: sequence_parallel forced off "
+              "because tensor_model_parallel_size is 1 (as verl does)", file=sys.stderr)
+        layout["sequence_parallel"] = False
+    nodes = int(block.get("nnodes", 1))
+    per_node = block.get("n_gpus_per_node")
+    if per_node is not None:
+        layout |= {"nodes": nodes, "nproc_per_node": int(per_node)}
+    layout["dp"] = _data_parallel(block, layout, nodes * int(per_node) if per_node else None, where)
+    out["layout"] = layout
+    for key, (kwargs_block, name) in KWARG_FIELDS.items():
+        if key in block:
+            out.setdefault(kwargs_block, {})[name] = block[key]
+    for kwargs_block in ("mcore_kwargs", "fsdp_kwargs"):
+        if kwargs_block in block:
+            out[kwargs_block] = {**out.get(kwargs_block, {}), **block[kwargs_block]}
+    if "dtype" in block:
+        if str(block["dtype"]) not in DTYPES:
+            raise ScenarioError(f"unknown dtype '{block['dtype']}'{did_you_mean(block['dtype'], DTYPES)}",
+                                key="verl.dtype", **where)
+        out["dtype"] = DTYPES[str(block["dtype"])]
+    if "seed" in block:
+        out["workload"] = {**out.get("workload", {}), "seed": block["seed"]}
+    return out
+
+
+def _data_parallel(block: dict[str, Any], layout: dict[str, Any], world: int | None, where: dict[str, str]) -> int:
+    """dp from fsdp_size (-1 = everything left) or, for Megatron layouts, world / (tp * pp * cp)."""
+    model_parallel = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1) * layout.get("ulysses", 1)
+    fsdp_size = block.get("fsdp_size", -1)
+    if fsdp_size not in (-1, None):
+        return int(fsdp_size)
+    if world is None:
+        return 1
+    if world % model_parallel:
+        raise ScenarioError(f"n_gpus_per_node * nnodes = {world} is not divisible by the model-parallel size "
+                            f"{model_parallel}", key="verl", **where)
+    return world // model_parallel

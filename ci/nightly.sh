@@ -27,11 +27,13 @@ case "$device" in
       if [ -f "$env_script" ]; then set +eu; . "$env_script"; set -eu; fi
     done
     # torch, torch_npu and MindSpeed come from the image: keep them visible and install only the harness
-    # (no CPU constraints here: they pin the CPU torch).
+    # (no CPU constraints here: they pin the CPU torch). Pin torch to the image's own build, so that pip fails
+    # loudly instead of replacing it with a PyPI torch that torch_npu was not built against.
     python3 -m venv --clear --system-site-packages "$venv"
     # shellcheck disable=SC1091
     . "$venv/bin/activate"
-    pip install --progress-bar off -e .
+    python -c 'from importlib.metadata import version; print("torch==" + version("torch"))' >"$venv/image-torch.txt"
+    pip install --progress-bar off -e . -c "$venv/image-torch.txt"
     python -c 'import torch, torch_npu
 print("torch", torch.__version__, "torch_npu", torch_npu.__version__, "NPUs", torch_npu.npu.device_count())'
     ;;

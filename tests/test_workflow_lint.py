@@ -60,7 +60,7 @@ def plant(tmp_path: Path, name: str, old: str, new: str) -> Path:
 
 
 def test_repo_workflows_pass(node_prefix):
-    workflows = sorted(p.name for p in WORKFLOWS.glob("*.yml"))
+    workflows = sorted(p.name for p in [*WORKFLOWS.glob("*.yml"), *WORKFLOWS.glob("*.yaml")])
     assert {"nightly.yml", "pr.yml"} <= set(workflows)
     result = run_linter(node_prefix)  # no paths: every workflow in the repo
     assert result.returncode == 0, result.stdout + result.stderr

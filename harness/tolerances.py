@@ -24,10 +24,12 @@ class Limits:
 # smallest injected fault (docs/tolerances.md).
 FP32 = Limits(logprob_max_abs=5e-5, logprob_mean_abs=5e-6, logprob_p99_abs=2e-5, kl_k3=1e-9,
               loss_rel=2e-5, grad_norm_rel=5e-5, ratio_mean=2.0, ratio_max=10.0)
-# bf16/fp16 candidate vs the fp32 reference when no baseline is named (absolute lane). bf16 vs fp32 measured
-# 2.0-2.6e-3 max |dlogp| forward, 5.8-8.3e-3 after one step; loss <= 3.6e-3 relative.
-LOW_PRECISION = Limits(logprob_max_abs=5e-2, logprob_mean_abs=5e-3, logprob_p99_abs=2e-2, kl_k3=1e-4,
-                       loss_rel=2e-2, grad_norm_rel=5e-2, ratio_mean=2.0, ratio_max=10.0)
+# bf16/fp16 candidate vs the fp32 reference when no baseline is named (the coarse absolute lane). The bar is
+# what a correct bf16 implementation reaches: the hf engine in bf16 measured up to 0.24 max |dlogp|, 0.013 mean,
+# 0.16 p99, 6.6e-4 KL, 3.2e-3 loss and 2.7e-2 grad-norm relative difference on the tiny models. This lane
+# catches gross defects (a shifted mask: 0.4 mean |dlogp|) but not subtle ones; use `baseline: hf`.
+LOW_PRECISION = Limits(logprob_max_abs=0.5, logprob_mean_abs=0.03, logprob_p99_abs=0.3, kl_k3=2e-3,
+                       loss_rel=2e-2, grad_norm_rel=0.1, ratio_mean=2.0, ratio_max=10.0)
 DEFAULTS = {"fp32": FP32, "bf16": LOW_PRECISION, "fp16": LOW_PRECISION}
 
 #: below these, a baseline error counts as this much (so a near-exact baseline does not inflate ratios)

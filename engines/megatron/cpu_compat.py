@@ -92,7 +92,8 @@ def _is_cuda(device: Any) -> bool:
 
 class CudaToCpuMode(TorchFunctionMode):
     """Maps tensors Megatron creates or moves on 'cuda' (schedules' `torch.zeros([], device="cuda")`, `.cuda()`,
-    `pin_memory()`) to the CPU."""
+    `pin_memory()`) to the CPU, and answers `tensor.type()` with the CUDA type name: the optimizers and grad
+    clipping dispatch on `param.type() == 'torch.cuda.FloatTensor'` (else they raise TypeError / assert)."""
 
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -106,7 +107,10 @@ class CudaToCpuMode(TorchFunctionMode):
             kwargs = {**kwargs, "pin_memory": False}
         if name == "to" and any(_is_cuda(a) for a in args[1:]):
             args = tuple("cpu" if i and _is_cuda(a) else a for i, a in enumerate(args))
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if name == "type" and len(args) == 1 and not kwargs and isinstance(out, str) and ".cuda." not in out:
+            return out.replace("torch.", "torch.cuda.", 1)
+        return out
 
 
 # ---- replacements for Megatron functions ---------------------------------------------------------------
@@ -158,21 +162,6 @@ def _reduce_scatter_first_dim_gloo(original: Callable[..., torch.Tensor]) -> Cal
     return reduce_scatter
 
 
-def _clip_grad_by_total_norm(parameters: Any, max_norm: float, total_norm: float,
-                             use_decoupled_grad: bool = False) -> None:
-    """clip_grads.clip_grad_by_total_norm_fp32 without its `grad.type() == 'torch.cuda.FloatTensor'` assert;
-    the same coefficient and the same in-place scaling."""
-    from megatron.core.utils import to_local_if_dtensor
-
-    attr = "decoupled_grad" if use_decoupled_grad else "grad"
-    grads = [to_local_if_dtensor(getattr(p, attr)).detach() for p in parameters
-             if getattr(p, attr, None) is not None]
-    clip_coeff = max_norm / (total_norm + 1.0e-6)
-    if clip_coeff < 1.0:
-        for grad in grads:
-            grad.mul_(clip_coeff)
-
-
 def _torch_norm_new(cls: type, config: Any, hidden_size: int, eps: float = 1e-5, **kwargs: Any) -> torch.nn.Module:
     """WrappedTorchNorm without its `not sequence_parallel` assert. Under sequence parallel each TP rank normalises
     its own tokens, so the weight gradient is partial: mark it `sequence_parallel` as Megatron's fused norms do,
@@ -205,8 +194,6 @@ class CpuCompat:
 
     def apply(self) -> None:
         check_version()
-        from megatron.core.optimizer import clip_grads
-        from megatron.core.optimizer import optimizer as megatron_optimizer
         from megatron.core.tensor_parallel import mappings, random
         from megatron.core.transformer import torch_norm
         from megatron.core.transformer.moe import moe_utils, token_dispatcher
@@ -235,9 +222,6 @@ class CpuCompat:
         self._set(mappings, "_reduce_scatter_along_first_dim",
                   _reduce_scatter_first_dim_gloo(mappings._reduce_scatter_along_first_dim))
         self._set(torch_norm.WrappedTorchNorm, "__new__", _torch_norm_new)
-        # gradient clipping asserts CUDA grads
-        self._set(clip_grads, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm)
-        self._set(megatron_optimizer, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm)
         self._mode = CudaToCpuMode()
         self._mode.__enter__()
 

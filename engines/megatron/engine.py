@@ -84,7 +84,10 @@ class MegatronEngine(Engine):
         self.hf_config = transformers.AutoConfig.from_pretrained(ctx.checkpoint)
         ctx.faults.patch_hf_config(self.hf_config)
         self.arch = ModelArch.from_hf_config(self.hf_config, vocab_divisor=VOCAB_DIVISOR * layout.tp)
-        self.routed: RoutedKwargs = route_mcore_kwargs(ctx.scenario.mcore_kwargs)
+        # drop_kwarg fault: the key vanishes silently (no warning, not reported) like a renamed key would
+        self._dropped = {f.key for f in ctx.scenario.faults if f.kind == "drop_kwarg"}
+        self.routed: RoutedKwargs = route_mcore_kwargs(
+            {k: v for k, v in ctx.scenario.mcore_kwargs.items() if k not in self._dropped})
         self._warn_rejected()
         self.schedule = {**SCHEDULE_DEFAULTS, **self.routed.schedule}
         self._build(get_rope_theta(self.hf_config))
@@ -135,7 +138,8 @@ class MegatronEngine(Engine):
     def applied_kwargs(self) -> dict[str, Any]:
         given = self.ctx.scenario.mcore_kwargs
         sources = {"transformer": self.config, "ddp": self.ddp_config, "optimizer": self.optimizer_config}
-        applied = {key: read_back(key, sources, self.schedule) for key in given if key not in self.routed.rejected}
+        applied = {key: read_back(key, sources, self.schedule) for key in given
+                   if key not in self.routed.rejected and key not in self._dropped}
         return {"mcore_kwargs": applied} if applied else {}
 
     # ---- running the schedule ------------------------------------------------------------------------------

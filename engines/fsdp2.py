@@ -111,6 +111,20 @@ class FSDP2Engine(Engine):
     def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput | None:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
+        loss = self._local_loss(batch, old_logprobs)
+        faults = self.ctx.faults
+        # the gradient reduction averages over `grad_average_ranks`: scale so the sum is the global token-mean
+        (loss * self.grad_average_ranks() * faults.loss_scale(step)).backward()
+        self.after_backward()
+        faults.scale_grads((p.grad for p in self.model.parameters()), step)
+        grad_norm = self.clip_grads(self.ctx.scenario.workload.grad_clip)
+        self.optimizer.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        return StepOutput(loss=float(total) / self.loss_replicas(), grad_norm=grad_norm) if self.ctx.rank == 0 else None
+
+    def _local_loss(self, batch: Batch, old_logprobs: torch.Tensor) -> torch.Tensor:
+        """This rank's share of the token-mean loss over its rows and sequence slice."""
         local, cols = self._local(batch)
         rows = slice(self.dp_rank * local.input_ids.shape[0], (self.dp_rank + 1) * local.input_ids.shape[0])
         mask = self._per_position(local, local.response_mask.float())[:, cols]
@@ -118,16 +132,22 @@ class FSDP2Engine(Engine):
         adv = self._per_position(local, local.advantages.float())[:, cols]
         logprobs, entropy = self._score_local(local, cols)
         device = self.ctx.device
-        faults = self.ctx.faults
-        normalizer = faults.normalizer(float(batch.response_mask.sum()), float(mask.sum()))
-        loss = masked_loss_sum(self.ctx.scenario.workload, logprobs, entropy, old.to(device), adv.to(device),
+        normalizer = self.ctx.faults.normalizer(float(batch.response_mask.sum()), float(mask.sum()))
+        return masked_loss_sum(self.ctx.scenario.workload, logprobs, entropy, old.to(device), adv.to(device),
                                mask.to(device), normalizer)
-        # FSDP averages gradients over the world: scale so the sum over ranks is the global token-mean
-        (loss * self.ctx.world_size * faults.loss_scale(step)).backward()
-        faults.scale_grads((p.grad for p in self.model.parameters()), step)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.ctx.scenario.workload.grad_clip)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        self.optimizer.step()
-        total = loss.detach().clone()
-        dist.all_reduce(total)
-        return StepOutput(loss=float(total), grad_norm=float(grad_norm)) if self.ctx.rank == 0 else None
+
+    def grad_average_ranks(self) -> int:
+        """FSDP shards (and averages gradients) over the whole world."""
+        return self.ctx.world_size
+
+    def after_backward(self) -> None:
+        """Hook for gradient reductions the wrapper leaves out (none for plain FSDP2)."""
+
+    def clip_grads(self, max_norm: float) -> float:
+        """Clip and return the norm BEFORE clipping."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        return float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+
+    def loss_replicas(self) -> int:
+        """How many ranks hold the same loss share (summed over the world, then divided by this)."""
+        return 1

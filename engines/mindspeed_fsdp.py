@@ -25,11 +25,9 @@ import torch
 import torch.distributed as dist
 
 from engines import ulysses
-from engines.base import StepOutput
 from engines.fsdp2 import FSDP2Engine
 from engines.hf_common import load_hf_model, make_optimizer
-from engines.mindspeed_megatron import ascend_gaps, scenario_errors
-from harness.losses import masked_loss_sum
+from engines.mindspeed_megatron import ascend_gaps, ensure_runnable
 from harness.schema import Scenario
 from harness.workload import Batch
 
@@ -173,12 +171,7 @@ class MindSpeedFSDPEngine(FSDP2Engine):
     """Reuses the fsdp2 engine's batch sharding and scoring; the model is wrapped by MindSpeed instead."""
 
     def setup(self) -> None:
-        errors = scenario_errors(self.ctx.scenario)
-        if errors:
-            raise ValueError("; ".join(errors))
-        missing = missing_requirements(self.ctx.scenario)
-        if missing:
-            raise RuntimeError(f"{missing} (the harness should have skipped this scenario)")
+        ensure_runnable(self.ctx.scenario, missing_requirements)
         from mindspeed.fsdp.mindspeed_parallel_engine import MindSpeedParallelEngine
 
         self.plan = plan_fsdp(self.ctx.scenario)
@@ -223,28 +216,16 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         """Ranks are (fsdp, ulysses, tp) with tp fastest; TP peers hold the same result, keep tp rank 0."""
         return super()._gather(tensor)[::self.tp]
 
-    def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput | None:
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        local, cols = self._local(batch)
-        rows = slice(self.dp_rank * local.input_ids.shape[0], (self.dp_rank + 1) * local.input_ids.shape[0])
-        mask = self._per_position(local, local.response_mask.float())[:, cols]
-        old = self._per_position(local, old_logprobs[rows].float())[:, cols]
-        adv = self._per_position(local, local.advantages.float())[:, cols]
-        logprobs, entropy = self._score_local(local, cols)
-        device, faults = self.ctx.device, self.ctx.faults
-        normalizer = faults.normalizer(float(batch.response_mask.sum()), float(mask.sum()))
-        loss = masked_loss_sum(self.ctx.scenario.workload, logprobs, entropy, old.to(device), adv.to(device),
-                               mask.to(device), normalizer)
-        # FSDP (and MindSpeed's expert FSDP, divide factor ep*efsdp = dp) average over dp: scale by dp
-        (loss * self.dp * faults.loss_scale(step)).backward()
+    def grad_average_ranks(self) -> int:
+        """FSDP (and MindSpeed's expert FSDP, divide factor ep*efsdp = dp) average over dp."""
+        return self.dp
+
+    def after_backward(self) -> None:
         self._reduce_grads_fsdp_left_out()
-        faults.scale_grads((p.grad for p in self.model.parameters()), step)
-        grad_norm = self._clip_grads(self.ctx.scenario.workload.grad_clip)
-        self.optimizer.step()
-        total = loss.detach().clone()
-        dist.all_reduce(total)
-        return StepOutput(loss=float(total) / self.tp, grad_norm=grad_norm) if self.ctx.rank == 0 else None
+
+    def loss_replicas(self) -> int:
+        """TP peers compute the same loss share."""
+        return self.tp
 
     @torch.no_grad()
     def _reduce_grads_fsdp_left_out(self) -> None:
@@ -263,7 +244,7 @@ class MindSpeedFSDPEngine(FSDP2Engine):
                 dist.all_reduce(local, group=self.state.get_group("tp"))
 
     @torch.no_grad()
-    def _clip_grads(self, max_norm: float) -> float:
+    def clip_grads(self, max_norm: float) -> float:
         """torch's clip_grad_norm_ cannot stack norms of DTensors on different meshes: reduce each, then add."""
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         total = 0.0

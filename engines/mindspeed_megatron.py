@@ -162,6 +162,15 @@ def missing_requirements(scenario: Scenario) -> str | None:
     return "; ".join(gaps) or None
 
 
+def ensure_runnable(scenario: Scenario, missing: Any) -> None:
+    """Raise before any setup for a layout MindSpeed cannot take or a package that is missing here."""
+    errors = scenario_errors(scenario)
+    if errors:
+        raise ValueError("; ".join(errors))
+    if reason := missing(scenario):
+        raise RuntimeError(f"{reason} (the harness should have skipped this scenario)")
+
+
 # ---- the engine ---------------------------------------------------------------------------------------------
 class _MindSpeedMegatronMixin:
     """MindSpeed on top of the Megatron engine: checks, repatch before model-parallel init, kwargs routing."""
@@ -171,12 +180,7 @@ class _MindSpeedMegatronMixin:
     _mindspeed_effective: dict[str, Any]
 
     def setup(self) -> None:
-        errors = scenario_errors(self.ctx.scenario)
-        if errors:
-            raise ValueError("; ".join(errors))
-        missing = missing_requirements(self.ctx.scenario)
-        if missing:
-            raise RuntimeError(f"{missing} (the harness should have skipped this scenario)")
+        ensure_runnable(self.ctx.scenario, missing_requirements)
         super().setup()  # type: ignore[misc]
         self._verify_context_parallel()
 

@@ -45,6 +45,18 @@ class RoutedKwargs:
     """key -> why it was not applied."""
 
 
+#: fields that hold a torch.dtype: YAML gives a name ('bfloat16'), Megatron needs the dtype
+DTYPE_FIELDS = frozenset({"params_dtype", "pipeline_dtype", "autocast_dtype", "main_grads_dtype",
+                          "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"})
+
+
+def _dtype(key: str, name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"mcore_kwargs.{key}: {name!r} is not a torch dtype name (e.g. 'bfloat16', 'float32')")
+    return dtype
+
+
 def _fields(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
@@ -58,6 +70,8 @@ def route_mcore_kwargs(given: Mapping[str, Any]) -> RoutedKwargs:
                "optimizer": _fields(OptimizerConfig)}
     routed = RoutedKwargs()
     for key, value in given.items():
+        if key in DTYPE_FIELDS and isinstance(value, str):
+            value = _dtype(key, value)
         if key in RESERVED:
             routed.rejected[key] = "set by the scenario layout or the checkpoint, not by mcore_kwargs"
             continue

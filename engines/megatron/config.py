@@ -20,14 +20,20 @@ import torch.nn.functional as F
 from engines.megatron.convert import ModelArch
 from harness.schema import Layout
 
-#: fields the scenario's layout or the checkpoint decides; an mcore_kwargs entry may not override them
-RESERVED = frozenset({
-    "tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
-    "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
-    "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "ffn_hidden_size",
-    "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk", "add_qkv_bias", "qk_layernorm",
-    "normalization", "gated_linear_unit", "activation_func", "add_bias_linear", "layernorm_epsilon",
-})
+_LAYOUT = "set by the scenario layout, not by mcore_kwargs"
+_CHECKPOINT = "read from the checkpoint's config, not set by mcore_kwargs"
+#: mcore_kwargs keys this engine refuses, and why
+RESERVED: dict[str, str] = {
+    **dict.fromkeys(("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                     "virtual_pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
+                     "expert_tensor_parallel_size", "sequence_parallel"), _LAYOUT),
+    **dict.fromkeys(("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+                     "ffn_hidden_size", "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk", "add_qkv_bias",
+                     "qk_layernorm", "normalization", "gated_linear_unit", "activation_func", "add_bias_linear",
+                     "layernorm_epsilon"), _CHECKPOINT),
+    "apply_rope_fusion": "the engine rotates each row by its own position_ids; the fused RoPE kernels take one "
+                         "angle table for all rows",
+}
 
 #: settings of the forward/backward schedule call that this engine owns (not in any Megatron dataclass)
 SCHEDULE_DEFAULTS: dict[str, Any] = {"micro_batch_size": 1}
@@ -73,7 +79,7 @@ def route_mcore_kwargs(given: Mapping[str, Any]) -> RoutedKwargs:
         if key in DTYPE_FIELDS and isinstance(value, str):
             value = _dtype(key, value)
         if key in RESERVED:
-            routed.rejected[key] = "set by the scenario layout or the checkpoint, not by mcore_kwargs"
+            routed.rejected[key] = RESERVED[key]
             continue
         if key in SCHEDULE_DEFAULTS:
             routed.schedule[key] = value
@@ -112,6 +118,25 @@ def expert_tensor_parallel(layout: Layout) -> int:
     are split like the dense layers (ETP == TP, Megatron's own default). A layout's etp therefore applies with
     ep > 1; with ep == 1 the experts follow tp (rules.py rejects an explicit, different etp)."""
     return layout.etp if layout.ep > 1 else layout.tp
+
+
+def unsupported(hf_config: Any) -> list[str]:
+    """What in an HF config this engine would silently get wrong: refused up front instead."""
+    text = getattr(hf_config, "text_config", None) or hf_config
+    problems = []
+    params = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
+    rope_type = params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "default"
+    if rope_type not in (None, "default"):
+        problems.append(f"rope_type {rope_type!r} (only plain RoPE is mapped)")
+    if getattr(text, "hidden_act", "silu") != "silu":
+        problems.append(f"hidden_act {text.hidden_act!r} (SwiGLU with silu is mapped)")
+    if getattr(text, "mlp_bias", False):
+        problems.append("mlp_bias (MLP biases are not mapped)")
+    if getattr(text, "use_sliding_window", False):
+        problems.append("use_sliding_window (sliding-window attention is not mapped)")
+    if getattr(text, "shared_expert_intermediate_size", 0):
+        problems.append("shared experts (not mapped)")
+    return problems
 
 
 def transformer_kwargs(arch: ModelArch, hf_config: Any, layout: Layout, dtype: str,

@@ -26,6 +26,7 @@ from engines.megatron.config import (
     read_back,
     route_mcore_kwargs,
     transformer_kwargs,
+    unsupported,
 )
 from engines.megatron.convert import ModelArch
 from engines.megatron.faults import apply_tp_allreduce_skip, stage_grad_factor
@@ -47,7 +48,8 @@ def finalize_grads_without_token_rescale(model: list[Any], num_tokens: Any = Non
 
 class MegatronEngine(Engine):
     """Subclass hooks: `prepare_megatron()` runs before Megatron initialises (MindSpeed patches Megatron there);
-    `transformer_config_kwargs()` is the TransformerConfig a subclass may extend."""
+    `transformer_config_kwargs()` is the TransformerConfig a subclass may extend; `use_transformer_engine()` and
+    `context_parallel_attention()` choose the layer spec."""
 
     # ---- hooks ---------------------------------------------------------------------------------------------
     def prepare_megatron(self) -> None:
@@ -57,6 +59,21 @@ class MegatronEngine(Engine):
         kwargs = transformer_kwargs(self.arch, self.hf_config, self.ctx.scenario.layout, self.ctx.scenario.dtype,
                                     self.on_cpu)
         return {**kwargs, **self.routed.transformer}
+
+    def use_transformer_engine(self) -> bool:
+        """TE spec where TE imports, off CPU, and without CP: this workload's left-padded rows need an arbitrary
+        mask, which TE's context-parallel attention does not take."""
+        from engines.megatron.model import have_transformer_engine
+
+        return not self.on_cpu and self.ctx.scenario.layout.cp == 1 and have_transformer_engine()
+
+    def context_parallel_attention(self) -> type | None:
+        """Core attention for CP > 1 on the local spec (a subclass whose framework patches CP in returns None)."""
+        if self.ctx.scenario.layout.cp == 1:
+            return None
+        from engines.megatron.cp_attention import CPGatherAttention
+
+        return CPGatherAttention
 
     # ---- setup ---------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -83,6 +100,8 @@ class MegatronEngine(Engine):
 
         self.hf_config = transformers.AutoConfig.from_pretrained(ctx.checkpoint)
         ctx.faults.patch_hf_config(self.hf_config)
+        if problems := unsupported(self.hf_config):
+            raise NotImplementedError(f"the megatron engine cannot map {ctx.checkpoint}: {'; '.join(problems)}")
         self.arch = ModelArch.from_hf_config(self.hf_config, vocab_divisor=VOCAB_DIVISOR * layout.tp)
         # drop_kwarg fault: the key vanishes silently (no warning, not reported) like a renamed key would
         self._dropped = {f.key for f in ctx.scenario.faults if f.kind == "drop_kwarg"}
@@ -104,12 +123,13 @@ class MegatronEngine(Engine):
         from megatron.core.transformer.transformer_config import TransformerConfig
 
         from engines.megatron.hf_weights import SafetensorsCheckpoint
-        from engines.megatron.model import build_chunks, current_shard, have_transformer_engine, load_hf_weights
+        from engines.megatron.model import build_chunks, current_shard, load_hf_weights
 
         ctx, workload = self.ctx, self.ctx.scenario.workload
         self.config = TransformerConfig(**self.transformer_config_kwargs())
-        chunks = build_chunks(self.config, self.arch, rope_theta, have_transformer_engine() and not self.on_cpu,
-                              workload.seq_len)
+        use_te = self.use_transformer_engine()
+        chunks = build_chunks(self.config, self.arch, rope_theta, use_te,
+                              None if use_te else self.context_parallel_attention(), workload.seq_len)
         checkpoint, shard = SafetensorsCheckpoint(ctx.checkpoint), current_shard()
         for chunk in chunks:
             chunk.to(ctx.device)

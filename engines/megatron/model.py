@@ -45,8 +45,9 @@ class PositionalGPTModel(GPTModel):
         return (out[0], emb, *out[2:])
 
 
-def layer_spec(config: TransformerConfig, use_te: bool, vp_stage: int | None, cp_on_cpu: bool) -> Any:
-    """Decoder block spec: TE where available, else the local spec (torch RMSNorm, local attention)."""
+def layer_spec(config: TransformerConfig, use_te: bool, vp_stage: int | None, cp_attention: type | None) -> Any:
+    """Decoder block spec: TE, or the local spec (torch RMSNorm, local attention) whose core attention
+    becomes `cp_attention` when given (Megatron's local attention refuses CP)."""
     block = get_gpt_decoder_block_spec(config, use_transformer_engine=use_te, normalization=config.normalization,
                                        vp_stage=vp_stage)
     for spec in {id(s): s for s in block.layer_specs}.values():
@@ -54,15 +55,13 @@ def layer_spec(config: TransformerConfig, use_te: bool, vp_stage: int | None, cp
         if use_te:
             # left-padded prompts: TE's padding masks assume right padding, so pass the full mask
             attention.params = {**attention.params, "attn_mask_type": AttnMaskType.arbitrary}
-        elif cp_on_cpu:
-            from engines.megatron.cp_attention import CPGatherAttention
-
-            attention.submodules.core_attention = CPGatherAttention
+        elif cp_attention is not None:
+            attention.submodules.core_attention = cp_attention
     return block
 
 
 def build_chunks(config: TransformerConfig, arch: ModelArch, rope_theta: float, use_te: bool,
-                 max_seq_len: int) -> list[GPTModel]:
+                 cp_attention: type | None, max_seq_len: int) -> list[GPTModel]:
     """One GPTModel per virtual pipeline stage of this rank."""
     vpp = parallel_state.get_virtual_pipeline_model_parallel_world_size()
     chunks = []
@@ -70,7 +69,7 @@ def build_chunks(config: TransformerConfig, arch: ModelArch, rope_theta: float, 
         stage = vp_stage if vpp else None
         chunks.append(PositionalGPTModel(
             config=config,
-            transformer_layer_spec=layer_spec(config, use_te, stage, config.context_parallel_size > 1),
+            transformer_layer_spec=layer_spec(config, use_te, stage, cp_attention),
             vocab_size=arch.padded_vocab_size, max_sequence_length=max_seq_len,
             pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage),
             post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage),

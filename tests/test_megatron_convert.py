@@ -128,3 +128,22 @@ def test_te_names() -> None:
     assert te_name("decoder.layers.0.input_layernorm.weight") == \
         "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight"
     assert te_name("decoder.layers.0.pre_mlp_layernorm.weight") == "decoder.layers.0.mlp.linear_fc1.layer_norm_weight"
+
+
+def test_mixed_dense_and_moe_layers_round_trip(tmp_path: Path) -> None:
+    """Qwen3-MoE with `mlp_only_layers`: dense layers keep gate/up/down, MoE layers get router and experts."""
+    import transformers
+
+    from harness.models import tiny_config_dict
+
+    cfg = tiny_config_dict("tiny-qwen3-moe")
+    cfg.pop("config_class"), cfg.pop("rope_theta")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.Qwen3MoeConfig(**{**cfg, "mlp_only_layers": [1]}), dtype=torch.float32)
+    model.save_pretrained(tmp_path)
+    arch = ModelArch.from_hf_config(model.config)
+    assert arch.moe_layers == (True, False, True, True)
+    hf = dict(SafetensorsCheckpoint(tmp_path))
+    back = mcore_to_hf(_split(hf, arch, 2, 2, 1, 2, 1), arch)
+    assert sorted(back) == sorted(hf) and all(torch.equal(back[k], hf[k]) for k in hf)

@@ -1,6 +1,15 @@
-"""`hf`: a transformers causal LM in one process — the reference engine (cpu / cuda / npu by argument)."""
+"""`hf`: a transformers causal LM in one process — the reference engine (cpu / cuda / npu by argument).
+
+Low precision comes in two recipes (engine_kwargs `precision`), because parallel engines differ in which one
+they follow and the three-way lane must compare like with like:
+- `autocast` (default): fp32 weights, bf16/fp16 compute — FSDP2's MixedPrecisionPolicy recipe.
+- `master_weights`: the model's weights in bf16/fp16, fp32 master copies in the optimizer — Megatron's and
+  MindSpeed's recipe, where an Adam update below half a ulp of the low-precision weight is lost.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -9,6 +18,8 @@ from engines.hf_common import autocast, load_hf_model, make_optimizer, model_inp
 from harness.losses import logprobs_and_entropy, masked_loss_sum
 from harness.workload import Batch
 
+PRECISIONS = ("autocast", "master_weights")
+
 
 class HFEngine(Engine):
     """Plain single-process training: the thing every parallel engine must reproduce."""
@@ -16,11 +27,22 @@ class HFEngine(Engine):
     def setup(self) -> None:
         if self.ctx.world_size != 1:
             raise ValueError(f"the hf engine runs on one rank; this scenario has world size {self.ctx.world_size}")
+        self.precision = self.ctx.scenario.engine_kwargs.get("precision", "autocast")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"engine_kwargs.precision={self.precision!r}: use one of {', '.join(PRECISIONS)}")
         self.model = load_hf_model(self.ctx)
-        self.optimizer = make_optimizer(self.model.parameters(), self.ctx.scenario.workload)
+        self.masters: list[torch.Tensor] | None = None
+        if self.precision == "master_weights" and self.ctx.scenario.dtype != "fp32":
+            self.masters = [p.detach().clone().requires_grad_(True) for p in self.model.parameters()]
+            self.model.to(self.ctx.dtype)
+        self.optimizer = make_optimizer(self.masters or self.model.parameters(), self.ctx.scenario.workload)
+
+    def applied_kwargs(self) -> dict[str, Any]:
+        given = self.ctx.scenario.engine_kwargs
+        return {"engine_kwargs": {"precision": self.precision}} if "precision" in given else {}
 
     def _score(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        with autocast(self.ctx):
+        with autocast(self.ctx) if self.masters is None else torch.autocast(self.ctx.device.type, enabled=False):
             logits = self.model(**model_inputs(batch, self.ctx.device)).logits
         labels = batch.response_labels().to(self.ctx.device)
         return logprobs_and_entropy(response_logits(logits, batch.prompt_len), labels)
@@ -33,6 +55,7 @@ class HFEngine(Engine):
 
     def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput:
         self.model.train()
+        self.model.zero_grad(set_to_none=True)
         self.optimizer.zero_grad(set_to_none=True)
         logprobs, entropy = self._score(batch)
         mask = batch.response_mask.to(self.ctx.device)
@@ -41,7 +64,15 @@ class HFEngine(Engine):
                                batch.advantages.to(self.ctx.device), mask,
                                self.ctx.faults.normalizer(tokens, tokens))
         (loss * self.ctx.faults.loss_scale(step)).backward()
-        self.ctx.faults.scale_grads((p.grad for p in self.model.parameters()), step)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.ctx.scenario.workload.grad_clip)
+        trained = self.masters or list(self.model.parameters())
+        if self.masters is not None:
+            for master, param in zip(self.masters, self.model.parameters(), strict=True):
+                master.grad = None if param.grad is None else param.grad.float()
+        self.ctx.faults.scale_grads((p.grad for p in trained), step)
+        grad_norm = torch.nn.utils.clip_grad_norm_(trained, self.ctx.scenario.workload.grad_clip)
         self.optimizer.step()
+        if self.masters is not None:
+            with torch.no_grad():
+                for master, param in zip(self.masters, self.model.parameters(), strict=True):
+                    param.copy_(master)
         return StepOutput(loss=float(loss), grad_norm=float(grad_norm))

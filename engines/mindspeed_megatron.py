@@ -84,7 +84,8 @@ def layout_args(scenario: Scenario, transformer_impl: str = "local") -> dict[str
         "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
         "context_parallel_size": lay.cp,
         "expert_model_parallel_size": lay.ep,
-        "expert_tensor_parallel_size": lay.etp,
+        # the Megatron engine splits experts like the dense layers when ep == 1: MindSpeed must agree
+        "expert_tensor_parallel_size": lay.etp if lay.ep > 1 else lay.tp,
         "sequence_parallel": bool(lay.sequence_parallel and lay.tp > 1),
         # ulysses-style CP validation reads args.seq_length, which TransformerConfig does not have
         "seq_length": scenario.workload.seq_len,
@@ -204,13 +205,9 @@ class _MindSpeedMegatronMixin:
         self._mindspeed_plan, self._mindspeed_effective = plan, effective
 
     def _transformer_impl(self) -> str:
-        """What MindSpeed's CP patches must assume: the Megatron engine picks the TE spec when transformer_engine
-        imports (on NPU, MindSpeed's adaptor provides it), else the local spec."""
-        try:
-            from engines.megatron.model import have_transformer_engine
-        except ImportError:
-            return getattr(self, "transformer_impl", "local")
-        return "transformer_engine" if have_transformer_engine() else "local"
+        """What MindSpeed's CP patches must assume: the spec the Megatron engine itself picks (TE where
+        transformer_engine imports — on NPU, MindSpeed's adaptor provides it — and CP is 1, else local)."""
+        return "transformer_engine" if self.use_transformer_engine() else "local"  # type: ignore[attr-defined]
 
     def _mindspeed_only(self) -> set[str]:
         plan = getattr(self, "_mindspeed_plan", None)

@@ -32,8 +32,10 @@ def baseline_scenario(scenario: Scenario) -> Scenario | None:
     """Three-way lane: the hf engine at the candidate's dtype and device."""
     if scenario.baseline is None:
         return None
+    precision = "master_weights" if scenario.baseline == "hf_master_weights" else "autocast"
     return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload, dtype=scenario.dtype,
-                    device=scenario.device, timeout=scenario.timeout, source=scenario.source)
+                    device=scenario.device, timeout=scenario.timeout, source=scenario.source,
+                    engine_kwargs={"precision": precision}, name=f"baseline-{precision}")
 
 
 def cache_key(run: Scenario) -> str:

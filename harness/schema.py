@@ -187,8 +187,10 @@ class Scenario(_Strict):
     device: Device = "cpu"
     reference: Reference | str = "hf_fp32"
     """hf_fp32 (default), single_rank (same engine on one rank), or 'golden:DIR' (a stored RunRecord)."""
-    baseline: Literal["hf"] | None = None
-    """Three-way lane: judge candidate-error / baseline-error, both against the fp32 reference."""
+    baseline: Literal["hf", "hf_master_weights"] | None = None
+    """Three-way lane: judge candidate-error / baseline-error, both against the fp32 reference. `hf` = the hf
+    engine with autocast over fp32 weights (FSDP2's recipe); `hf_master_weights` = low-precision weights with
+    fp32 masters in the optimizer (Megatron's and MindSpeed's recipe)."""
     tolerance: Tolerance = Tolerance()
     timeout: float = Field(300.0, gt=0)
     """Seconds before the run is killed with all its processes."""
@@ -232,6 +234,8 @@ class Scenario(_Strict):
         parts = [model_label(self.model), self.engine_label, self.layout.tag(), self.dtype,
                  self.device]
         suffix = "".join(f"+{f.kind}" for f in self.faults)
+        if self.baseline:
+            suffix += f"+vs-{self.baseline}"
         if self.name:
             suffix += f"+{self.name}"
         return "/".join(parts) + suffix

@@ -10,7 +10,7 @@ from tests.conftest import DATA
 
 SCENARIOS = {s.id: s for s in load_file(DATA / "faults.yaml")}
 CLEAN = "tiny-llama/fsdp2/dp2/fp32/cpu"
-CLEAN_BF16 = "tiny-llama/fsdp2/dp2/bf16/cpu"
+CLEAN_BF16 = "tiny-llama/fsdp2/dp2/bf16/cpu+vs-hf"
 
 #: faulted id -> a metric that must be among the FAIL reasons
 EXPECTED = {
@@ -22,7 +22,7 @@ EXPECTED = {
     CLEAN + "+mask_shift": "log-prob before training max |Δ|",
     CLEAN + "+local_token_norm": "loss rel diff at step 1",
     "tiny-llama/fsdp2/ulysses2/fp32/cpu+local_token_norm": "loss rel diff at step 1",
-    CLEAN_BF16 + "+mask_shift": "log-prob before training mean |Δ| ratio to baseline",
+    "tiny-llama/fsdp2/dp2/bf16/cpu+mask_shift+vs-hf": "log-prob before training mean |Δ| ratio to baseline",
 }
 
 

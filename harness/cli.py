@@ -10,10 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+from harness import migrate, plan
 from harness.errors import ScenarioError
 from harness.options import add_options, run_options
 from harness.runner import Runner
-from harness.selection import DEFAULT_FILES, check_runnable, select
+from harness.selection import DEFAULT_FILES, check_runnable, scenario_files, select
 from harness.validate import skip_reason
 from harness.verdict import Verdict
 from reports import results as results_file
@@ -23,12 +24,8 @@ from reports.terminal import progress_line
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
-def _files(args: argparse.Namespace) -> list[Path]:
-    return [Path(f) for f in args.files] or list(DEFAULT_FILES)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    scenarios = select(_files(args), args.k, args.device)
+    scenarios = select(scenario_files(args.files), args.k, args.device)
     if not scenarios:
         raise ScenarioError(f"no scenario matches -k {args.k!r}" if args.k else "the files hold no scenarios")
     check_runnable(scenarios)
@@ -51,7 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    scenarios = select(_files(args), args.k, args.device)
+    scenarios = select(scenario_files(args.files), args.k, args.device)
     for scenario in scenarios:
         marks = ",".join(scenario.marks)
         reason = skip_reason(scenario) if args.why else None
@@ -92,19 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("dirs", nargs="+")
     rep.add_argument("--out", default="parity-report")
     rep.set_defaults(func=cmd_report)
-    _add_extra_commands(sub)
+    plan.add_parser(sub)
+    migrate.add_parser(sub)
     return parser
-
-
-def _add_extra_commands(sub: argparse._SubParsersAction) -> None:
-    """plan / migrate live in their own modules."""
-    import importlib
-
-    for name in ("plan", "migrate"):
-        try:
-            importlib.import_module(f"harness.{name}").add_parser(sub)
-        except ModuleNotFoundError:
-            continue
 
 
 def main(argv: list[str] | None = None) -> int:

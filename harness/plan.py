@@ -13,6 +13,7 @@ from harness.devices import DEVICE_KINDS
 from harness.launch import torchrun_commands
 from harness.runner import slug
 from harness.schema import Scenario
+from harness.selection import scenario_files, select
 from harness.validate import skip_reason
 
 PLACEHOLDER_PORT = 29500
@@ -66,10 +67,7 @@ def render(scenario: Scenario, plans: list[NodePlan]) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from harness.cli import _files
-    from harness.selection import select
-
-    for scenario in select(_files(args), args.k, args.device):
+    for scenario in select(scenario_files(args.files), args.k, args.device):
         plans = plan_scenario(scenario, scenario.source or "", Path(args.out), args.master_addr, args.master_port)
         print(render(scenario, plans))
     return 0

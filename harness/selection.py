@@ -15,6 +15,11 @@ DEFAULT_FILES = (Path("scenarios/cpu.yaml"),)
 _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
 
 
+def scenario_files(names: list[str]) -> list[Path]:
+    """The files named on the command line, or the default matrix."""
+    return [Path(name) for name in names] or list(DEFAULT_FILES)
+
+
 def matches(expression: str, text: str) -> bool:
     """pytest-style -k: words match as case-insensitive substrings, combined with and / or / not / ()."""
     parts = []

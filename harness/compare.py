@@ -36,8 +36,10 @@ def token_diff(candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Ten
 
 
 def rel_diff(candidate: float, reference: float, floor: float = 1e-12) -> float:
-    """|c - r| / max(|r|, floor); NaN or inf in either gives inf (a NaN must never pass a `<=` check)."""
-    if not (math.isfinite(candidate) and math.isfinite(reference)):
+    """|c - r| / max(|r|, floor); NaN in either gives NaN, inf gives inf (neither ever passes a `<=` check)."""
+    if math.isnan(candidate) or math.isnan(reference):
+        return math.nan
+    if math.isinf(candidate) or math.isinf(reference):
         return math.inf
     return abs(candidate - reference) / max(abs(reference), floor)
 
@@ -50,11 +52,16 @@ class SeriesDiff:
 
     @property
     def worst(self) -> float:
-        return max(self.per_step, default=0.0)
+        """NaN counts as the worst value."""
+        return max(self.per_step, key=_nan_last, default=0.0)
 
     @property
     def worst_step(self) -> int:
-        return 1 + max(range(len(self.per_step)), key=self.per_step.__getitem__) if self.per_step else 0
+        return 1 + max(range(len(self.per_step)), key=lambda i: _nan_last(self.per_step[i])) if self.per_step else 0
+
+
+def _nan_last(value: float) -> float:
+    return math.inf if math.isnan(value) else value
 
 
 def series_rel_diff(candidate: Sequence[float], reference: Sequence[float]) -> SeriesDiff:
@@ -72,5 +79,5 @@ def error_ratio(candidate_error: float, baseline_error: float, floor: float) -> 
     """Three-way lane (msprobe style): how many times further from fp32 the candidate is than the baseline.
     `floor` keeps a near-perfect baseline from turning noise into a huge ratio."""
     if not math.isfinite(candidate_error):
-        return math.inf
+        return candidate_error
     return candidate_error / max(baseline_error, floor)

@@ -114,6 +114,7 @@ def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits
         ref_series = [getattr(s, name) for s in reference.steps]
         series = series_rel_diff([getattr(s, name) for s in candidate.steps], ref_series)
         metrics[f"{name}_rel"] = list(series.per_step)
+        metrics[f"{name}_rel_max"] = series.worst
         label = "pre-clip grad norm" if name == "grad_norm" else name
         if baseline is not None:
             base = series_rel_diff([getattr(s, name) for s in baseline.steps], ref_series)
@@ -123,8 +124,6 @@ def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits
                        for i, value in enumerate(series.per_step)]
     metrics["logprob_max_abs"] = max(metrics[k]["max_abs"] for k in ("logprobs_before", "logprobs_after"))
     metrics["logprob_mean_abs"] = max(metrics[k]["mean_abs"] for k in ("logprobs_before", "logprobs_after"))
-    metrics["loss_rel_max"] = max(metrics["loss_rel"], default=0.0)
-    metrics["grad_norm_rel_max"] = max(metrics["grad_norm_rel"], default=0.0)
     return checks, metrics
 
 

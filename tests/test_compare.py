@@ -75,7 +75,7 @@ def test_nan_never_passes():
     cand.tensors["logprobs_after"] = torch.full((4, 8), math.nan)
     verdict = judge(SCENARIO, cand, make_record())
     assert verdict.status == "FAIL"
-    assert any("loss rel diff at step 2 = inf" in r for r in verdict.reasons)
+    assert any("loss rel diff at step 2 = nan" in r for r in verdict.reasons)
     assert any("log-prob after the last step max |Δ| = nan" in r for r in verdict.reasons)
 
 
@@ -89,8 +89,10 @@ def test_missing_step_fails():
 def test_rel_diff_and_ratio_edge_cases():
     assert rel_diff(1.0, 0.0) == pytest.approx(1e12)
     assert rel_diff(math.inf, 1.0) == math.inf
+    assert math.isnan(rel_diff(1.0, math.nan))
     assert error_ratio(1e-6, 0.0, floor=1e-4) == pytest.approx(0.01)
-    assert error_ratio(math.nan, 1.0, floor=1e-4) == math.inf
+    assert math.isnan(error_ratio(math.nan, 1.0, floor=1e-4))
+    assert series_rel_diff([1.0, math.nan, 2.0], [1.0, 1.0, 1.0]).worst_step == 2
 
 
 def test_three_way_lane_judges_the_ratio_not_the_absolute_error():

@@ -56,7 +56,8 @@ class Verdict:
 def scenario_info(scenario: Scenario) -> dict[str, Any]:
     return {"strategy": scenario.engine_label, "layout": scenario.layout.tag(), "dtype": scenario.dtype,
             "device": scenario.device, "reference": scenario.reference, "baseline": scenario.baseline,
-            "source": scenario.source, "marks": list(scenario.marks)}
+            "source": scenario.source, "marks": list(scenario.marks), "name": scenario.name,
+            "faults": [fault.kind for fault in scenario.faults]}
 
 
 def skipped(scenario: Scenario, reason: str) -> Verdict:

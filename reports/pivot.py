@@ -12,7 +12,7 @@ def strategy_pivot(results: list[dict[str, Any]]) -> str:
     columns: list[str] = []
     for result in results:
         value = (result.get("metrics") or {}).get("logprob_max_abs")
-        if value is None or "+" in result["id"]:  # fault-injection twins are not parity data
+        if value is None or result.get("faults") or result.get("name"):  # fault twins and variants stay out
             continue
         model = result["id"].split("/", 1)[0]
         column = f"{result.get('strategy')} {result.get('layout')}"

@@ -51,7 +51,8 @@ def test_layout_rules(layout: dict[str, Any], key: str) -> None:
 def test_layout_rules_accept_the_matrix() -> None:
     from harness.matrix import load_file
 
-    for scenario in load_file(Path(__file__).parents[1] / "scenarios" / "cpu.yaml"):
+    scenarios = load_file(Path(__file__).parents[1] / "scenarios" / "cpu.yaml")
+    for scenario in (s for s in scenarios if s.strategy == "megatron"):
         assert megatron_layout_errors(scenario, model_shape(scenario.model)) == [], scenario.id
 
 

@@ -8,7 +8,10 @@ properties. This module is wiring only: running, judging and rendering live else
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,11 @@ class ParitySession:
     """Per-pytest-session state: the Runner (built on first use, knowing every collected scenario) and results."""
 
     def __init__(self, config: pytest.Config) -> None:
-        self.options = run_options(lambda name: config.getoption(f"parity_{name}"))
+        options = run_options(lambda name: config.getoption(f"parity_{name}"))
+        self.out_dir = options.out_dir
+        # pytest-xdist: each worker writes its own shard (OUT/gw0, ...); the controller merges them at the end
+        self.worker = os.environ.get("PYTEST_XDIST_WORKER")
+        self.options = replace(options, out_dir=options.out_dir / self.worker) if self.worker else options
         self.scenarios: list[Scenario] = []
         self.results: list[dict[str, Any]] = []
         self._runner: Runner | None = None
@@ -62,14 +69,24 @@ class ParitySession:
         self.results.append(result)
 
     def publish(self, terminal: Any) -> None:
-        if not self.results:
-            return
+        """Print and write the table; under xdist only the controller does, over every worker's shard."""
         import io
 
+        from reports import results as results_file
         from reports.publish import publish
 
+        if self.worker:
+            return
+        shards = sorted(p for p in self.out_dir.glob("gw*") if (p / results_file.RESULTS).is_file())
+        merged = self.results or (results_file.load(shards) if shards else [])
+        if not merged:
+            return
+        if shards and not self.results:
+            results_file.reset(self.out_dir)
+            for result in merged:
+                results_file.append(self.out_dir, result)
         buffer = io.StringIO()
-        publish(self.options.out_dir, self.results, time.perf_counter() - self._started, stream=buffer)
+        publish(self.out_dir, merged, time.perf_counter() - self._started, stream=buffer)
         terminal.write_sep("=", "parity summary")
         terminal.write(buffer.getvalue())
 
@@ -80,26 +97,31 @@ SESSION = pytest.StashKey[ParitySession]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("parity", "backend-parity scenarios")
     add_options(group.addoption, "parity-")
-    parser.addini("parity_scenario_dirs", "directories whose *.yaml files are scenario files", type="paths",
+    parser.addini("parity_scenario_dirs", "more directories whose *.yaml files are scenario files (besides any "
+                  "directory named scenarios)", type="paths",
                   default=[])
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    config.stash[SESSION] = ParitySession(config)
+    session = ParitySession(config)
+    config.stash[SESSION] = session
+    if not session.worker and config.pluginmanager.hasplugin("dsession"):  # xdist controller: drop old shards
+        for shard in session.out_dir.glob("gw*"):
+            shutil.rmtree(shard, ignore_errors=True)
 
 
-def _scenario_dirs(config: pytest.Config) -> list[Path]:
-    dirs = config.getini("parity_scenario_dirs") or [config.rootpath / "scenarios"]
-    return [Path(d).resolve() for d in dirs]
+def _is_scenario_file(file_path: Path, config: pytest.Config) -> bool:
+    """YAML in a directory named `scenarios` (or one listed in ini `parity_scenario_dirs`), or named explicitly."""
+    parent = file_path.resolve().parent
+    if parent.name == "scenarios" or parent in [Path(d).resolve() for d in config.getini("parity_scenario_dirs")]:
+        return True
+    return any(Path(str(arg).split("::")[0]).resolve() == file_path.resolve() for arg in config.args)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix not in (".yaml", ".yml"):
-        return None
-    explicit = any(Path(str(arg).split("::")[0]).resolve() == file_path.resolve() for arg in parent.config.args)
-    if explicit or file_path.resolve().parent in _scenario_dirs(parent.config):
+    if file_path.suffix in (".yaml", ".yml") and _is_scenario_file(file_path, parent.config):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 

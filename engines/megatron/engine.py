@@ -123,7 +123,7 @@ class MegatronEngine(Engine):
         from megatron.core.transformer.transformer_config import TransformerConfig
 
         from engines.megatron.hf_weights import SafetensorsCheckpoint
-        from engines.megatron.model import build_chunks, current_shard, load_hf_weights
+        from engines.megatron.model import build_chunks, current_shard, load_hf_weights, load_main_params
 
         ctx, workload = self.ctx, self.ctx.scenario.workload
         self.config = TransformerConfig(**self.transformer_config_kwargs())
@@ -131,9 +131,11 @@ class MegatronEngine(Engine):
         chunks = build_chunks(self.config, self.arch, rope_theta, use_te,
                               None if use_te else self.context_parallel_attention(), workload.seq_len)
         checkpoint, shard = SafetensorsCheckpoint(ctx.checkpoint), current_shard()
+        # checkpoint tensors wider than the (bf16 / fp16) params: they become the optimizer's fp32 main params
+        unrounded: dict[torch.nn.Parameter, torch.Tensor] = {}
         for chunk in chunks:
             chunk.to(ctx.device)
-            load_hf_weights(chunk, checkpoint, self.arch, shard, ctx.faults.has("qkv_interleave"))
+            unrounded.update(load_hf_weights(chunk, checkpoint, self.arch, shard, ctx.faults.has("qkv_interleave")))
         apply_tp_allreduce_skip(ctx.faults, chunks)
         if self.config.bf16 or self.config.fp16:
             chunks = [Float16Module(self.config, chunk) for chunk in chunks]
@@ -152,6 +154,19 @@ class MegatronEngine(Engine):
             "use_distributed_optimizer": self.ddp_config.use_distributed_optimizer, **self.routed.optimizer})
         # config_overrides={}: weight decay on every parameter, as torch.optim.AdamW over model.parameters()
         self.optimizer = get_megatron_optimizer(self.optimizer_config, self.model, config_overrides={})
+        # Megatron copies its fp32 main params from the 16-bit model params; start them from the checkpoint's
+        # exact values instead, as a resume does (and as the hf_master_weights baseline does)
+        if unrounded and self.optimizer_config.use_precision_aware_optimizer:
+            if ctx.rank == 0:
+                print("WARNING: use_precision_aware_optimizer keeps the fp32 main params inside the fused "
+                      "optimizer: they start from the 16-bit model params, not the checkpoint's values",
+                      file=sys.stderr, flush=True)
+        else:
+            loaded = load_main_params(self.optimizer, unrounded)
+            # the distributed optimizer holds only this rank's shards; the others hold every main param
+            if not self.ddp_config.use_distributed_optimizer and loaded != len(unrounded):
+                raise RuntimeError(f"{len(unrounded) - loaded} bf16/fp16 parameters have no fp32 main param in "
+                                   "the optimizer: their masters would start from the rounded weights")
         if self.config.fp16:
             self.config.grad_scale_func = self.optimizer.scale_loss
 

@@ -92,11 +92,15 @@ def layer_map(chunk: GPTModel) -> dict[int, int]:
 
 @torch.no_grad()
 def load_hf_weights(chunk: GPTModel, hf: Mapping[str, torch.Tensor], arch: ModelArch, shard: Shard,
-                    wrong_qkv_interleave: bool = False) -> None:
-    """Copy this chunk's share of the HF checkpoint into it; every parameter must be covered exactly once."""
+                    wrong_qkv_interleave: bool = False) -> dict[torch.nn.Parameter, torch.Tensor]:
+    """Copy this chunk's share of the HF checkpoint into it; every parameter must be covered exactly once.
+
+    Returns, for each 16-bit parameter whose checkpoint tensor has another dtype (bf16 params from an fp32
+    checkpoint), the unrounded tensor: `load_main_params` puts it into the optimizer's fp32 main params."""
     tensors = hf_to_mcore(hf, arch, shard, layer_map(chunk), chunk.pre_process, chunk.post_process,
                           wrong_qkv_interleave)
     params = dict(chunk.named_parameters())
+    wider: dict[torch.nn.Parameter, torch.Tensor] = {}
     loaded = set()
     for name, tensor in tensors.items():
         target = name if name in params else te_name(name)
@@ -106,7 +110,43 @@ def load_hf_weights(chunk: GPTModel, hf: Mapping[str, torch.Tensor], arch: Model
         if param.shape != tensor.shape:
             raise ValueError(f"{target}: converted shape {tuple(tensor.shape)} != parameter {tuple(param.shape)}")
         param.copy_(tensor.to(param.dtype))
+        if param.dtype in (torch.bfloat16, torch.float16) and tensor.dtype != param.dtype:
+            wider[param] = tensor.clone()  # not a view that keeps the whole checkpoint tensor alive
         loaded.add(target)
     missing = sorted(set(params) - loaded)
     if missing:
         raise KeyError(f"Megatron parameters not loaded from the checkpoint: {missing}")
+    return wider
+
+
+@torch.no_grad()
+def load_main_params(optimizer: Any, sources: Mapping[torch.nn.Parameter, torch.Tensor]) -> int:
+    """Give the optimizer's fp32 main params the checkpoint's own values instead of their 16-bit rounding;
+    returns how many main params (or distributed-optimizer shards) were set.
+
+    Megatron's bf16 / fp16 optimizers create their fp32 main params as copies of the model params, which hold
+    the checkpoint rounded to 16 bits (each off by up to half a ulp). Started from there, every update smaller
+    than half a ulp is lost, while fp32 main params with the exact values — spread uniformly inside their
+    ulp — move the 16-bit weight by one ulp with probability |update| / ulp, so the model follows the update
+    on average. The exact values are the state a resume restores (Megatron checkpoints hold the fp32 main
+    params) and the one the `hf_master_weights` baseline starts from.
+
+    Each 16-bit model param points at its main param (`param.main_param`, set by both
+    Float16OptimizerWithFloat16Params and DistributedOptimizer); the distributed optimizer's is this rank's
+    shard (`main_param_sharded`, None where another rank owns the param), whose range in the flattened param
+    its optimizer records. (Swapping `param.data` to the fp32 tensor for `reload_model_params` would be
+    shorter, but a dtype change resets the param's grad accumulator and with it DDP's backward hook.)"""
+    optimizers = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    done = 0
+    for param, source in sources.items():
+        main = getattr(param, "main_param", None)
+        if main is None:
+            continue
+        if getattr(param, "main_param_sharded", False):
+            owner = next(o for o in optimizers if param in getattr(o, "model_param_gbuf_map", {}))
+            span = owner._get_model_param_range_map(param)["param"]
+            main.copy_(source.reshape(-1)[span.start:span.end])
+        else:
+            main.copy_(source)
+        done += 1
+    return done

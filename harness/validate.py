@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,6 +55,8 @@ def check_scenario(scenario: Scenario) -> None:
 def layout_errors(scenario: Scenario) -> list[tuple[str, str]]:
     lay, wl = scenario.layout, scenario.workload
     errors: list[tuple[str, str]] = []
+    if scenario.engine and (problem := engine_import_problem(scenario.engine)):
+        errors.append(("engine", problem))
     if scenario.strategy in SUPPORTED_DIMS:
         used = {d for d in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "ulysses") if getattr(lay, d) > 1}
         used |= {"sequence_parallel"} if lay.sequence_parallel else set()
@@ -79,6 +83,19 @@ def layout_errors(scenario: Scenario) -> list[tuple[str, str]]:
         if rules and importlib.util.find_spec(rules.split(":")[0].rsplit(".", 1)[0]) is not None:
             errors += _load(rules)(scenario, shape)
     return errors
+
+
+def engine_import_problem(path: str) -> str | None:
+    """Why a third-party engine's module cannot be found (ranks search the working directory too)."""
+    module = path.partition(":")[0]
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        found = False
+    return None if found else (f"engine module '{module}' is not importable: install its package or run from "
+                               "the directory that holds it")
 
 
 def _shape_errors(scenario: Scenario, shape: ModelShape) -> list[tuple[str, str]]:

@@ -65,3 +65,23 @@ def test_k_expression_selects_ids(capsys):
 def test_k_that_matches_nothing_is_bad_input(capsys):
     assert main(["run", "scenarios/cpu.yaml", "-k", "no-such-model"]) == 2
     assert "no scenario matches -k 'no-such-model'" in capsys.readouterr().err
+
+
+def test_golden_and_single_rank_references(write_yaml, tmp_path, cache_dir, capsys):
+    """A record directory is a golden (how a GPU run becomes the reference of an NPU run); single_rank compares
+    an engine with itself on one rank."""
+    first = tmp_path / "first"
+    assert main(["run", str(write_yaml(PASSING, "first.yaml")), "--out", str(first), "--cache-dir",
+                 str(cache_dir)]) == 0
+    golden = first / "records" / "tiny-qwen3__fsdp2__dp2__fp32__cpu"
+    second = write_yaml(f"""
+        defaults: {{model: tiny-qwen3, strategy: fsdp2}}
+        matrix:
+          - {{layout: {{ulysses: 2}}, reference: "golden:{golden}"}}
+          - {{layout: {{dp: 2}}, reference: single_rank}}
+    """, "second.yaml")
+    capsys.readouterr()
+    assert main(["run", str(second), "--out", str(tmp_path / "second"), "--cache-dir", str(cache_dir)]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "second" / "results.jsonl").read_text().splitlines()]
+    assert [r["verdict"] for r in lines] == ["PASS", "PASS"]
+    assert lines[0]["reference"] == f"golden:{golden}" and lines[1]["reference"] == "single_rank"

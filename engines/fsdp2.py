@@ -16,8 +16,6 @@ from engines.hf_common import load_hf_model, make_optimizer
 from harness.losses import logprobs_and_entropy, masked_loss_sum
 from harness.workload import Batch
 
-#: fsdp_kwargs this engine applies; applied_kwargs() reads each back from the FSDP state of the model
-FSDP_KWARGS = ("reshard_after_forward", "param_dtype", "reduce_dtype")
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
 

@@ -38,8 +38,6 @@ class LaunchResult:
     wall_time_s: float
     error: str | None = None
     log_tail: str | None = None
-    pids: tuple[int, ...] = ()
-    """Process ids the launcher started (all dead when launch() returns)."""
 
 
 def tail(path: Path, lines: int = 50) -> str:
@@ -121,7 +119,6 @@ class ForkedLauncher:
                                   daemon=False) for r in range(world_size)]
         for proc in procs:
             proc.start()
-        pids = tuple(p.pid for p in procs if p.pid is not None)
         try:
             status, error, log_tail = wait_all([lambda p=p: p.exitcode for p in procs],
                                                [f"rank {r}" for r in range(world_size)], started + timeout_s,
@@ -131,7 +128,7 @@ class ForkedLauncher:
                 _kill_group(proc.pid)
                 proc.join(timeout=5)
             del store
-        return LaunchResult(status, time.perf_counter() - started, error, log_tail, pids)
+        return LaunchResult(status, time.perf_counter() - started, error, log_tail)
 
 
 def torchrun_commands(layout: Layout, job_file: Path, master_addr: str, port: int, run_id: str,
@@ -181,4 +178,4 @@ class TorchrunLauncher:
                 _kill_group(proc.pid)
                 proc.wait(timeout=10)
                 log.close()
-        return LaunchResult(status, time.perf_counter() - started, error, log_tail, tuple(p.pid for p, _ in procs))
+        return LaunchResult(status, time.perf_counter() - started, error, log_tail)

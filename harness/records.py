@@ -10,7 +10,6 @@ from typing import Any, Literal
 import torch
 
 RunStatus = Literal["ok", "error", "timeout", "skipped"]
-TENSOR_KEYS = ("logprobs_before", "entropy_before", "logprobs_after", "response_mask")
 
 
 @dataclass(slots=True)

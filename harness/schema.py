@@ -244,7 +244,3 @@ class Scenario(_Strict):
         """Stable hash of everything that changes the run (not marks, timeout or source)."""
         data = self.model_dump(mode="json", exclude={"marks", "timeout", "source", "broken", "tolerance"})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-    @property
-    def has_fault(self) -> bool:
-        return bool(self.faults)

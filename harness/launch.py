@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.schema import Layout
-from harness.worker import RunJob, exit_after, run_rank
+from harness.worker import RunJob, exit_after, failure_marker, run_rank
 
 LaunchStatus = Literal["ok", "error", "timeout"]
 POLL_S = 0.02
@@ -85,6 +85,31 @@ def wait_all(
         time.sleep(POLL_S)
 
 
+def _fresh_record_dir(job: RunJob) -> Path:
+    """The run's directory, without failure markers left by an earlier run."""
+    record_dir = Path(job.record_dir)
+    record_dir.mkdir(parents=True, exist_ok=True)
+    for marker in record_dir.glob("rank*.failed"):
+        marker.unlink(missing_ok=True)
+    return record_dir
+
+
+def first_failed_rank(record_dir: Path, world_size: int, grace_s: float = 1.0) -> int | None:
+    """The rank whose failure marker is earliest (waiting briefly for markers of ranks still exiting)."""
+    deadline = time.perf_counter() + grace_s
+    while True:
+        times = {}
+        for rank in range(world_size):
+            marker = failure_marker(record_dir, rank)
+            with contextlib.suppress(OSError, ValueError):
+                times[rank] = float(marker.read_text())
+        if times and (len(times) == world_size or time.perf_counter() > deadline):
+            return min(times, key=times.__getitem__)
+        if time.perf_counter() > deadline:
+            return None
+        time.sleep(POLL_S)
+
+
 def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: float) -> None:
     os.setpgrp()  # its own process group: the launcher kills the whole group
     log = os.open(Path(job.record_dir) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -95,7 +120,7 @@ def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: 
 
     store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
                           timeout=timedelta(seconds=timeout_s))
-    exit_after(run_rank, job, rank, world_size, rank, store)
+    exit_after(failure_marker(job.record_dir, rank), run_rank, job, rank, world_size, rank, store)
 
 
 class ForkedLauncher:
@@ -110,8 +135,7 @@ class ForkedLauncher:
     def launch(self, job: RunJob, world_size: int, timeout_s: float) -> LaunchResult:
         import torch.distributed as dist
 
-        record_dir = Path(job.record_dir)
-        record_dir.mkdir(parents=True, exist_ok=True)
+        record_dir = _fresh_record_dir(job)
         started = time.perf_counter()
         store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
                               timeout=timedelta(seconds=timeout_s))
@@ -123,6 +147,11 @@ class ForkedLauncher:
             status, error, log_tail = wait_all([lambda p=p: p.exitcode for p in procs],
                                                [f"rank {r}" for r in range(world_size)], started + timeout_s,
                                                lambda i: _logs_tail(record_dir, i), timeout_s)
+            if status == "error":
+                first = first_failed_rank(record_dir, world_size)
+                if first is not None:
+                    error = f"rank {first} failed first ({error})"
+                    log_tail = _logs_tail(record_dir, first)
         finally:
             for proc in procs:
                 _kill_group(proc.pid)
@@ -155,8 +184,7 @@ class TorchrunLauncher:
         self.master_port = master_port
 
     def launch(self, job: RunJob, layout: Layout, timeout_s: float) -> LaunchResult:
-        record_dir = Path(job.record_dir)
-        record_dir.mkdir(parents=True, exist_ok=True)
+        record_dir = _fresh_record_dir(job)
         job_file = record_dir / "job.json"
         job.to_file(job_file)
         port = self.master_port or free_port()
@@ -173,6 +201,8 @@ class TorchrunLauncher:
             status, error, log_tail = wait_all(
                 [p.poll for p, _ in procs], [f"torchrun on node {n}" for n in nodes], started + timeout_s,
                 lambda i: tail(record_dir / f"node{nodes[i or 0]}.log"), timeout_s)
+            if status == "error" and (first := first_failed_rank(record_dir, layout.world_size)) is not None:
+                error = f"rank {first} failed first ({error})"
         finally:
             for proc, log in procs:
                 _kill_group(proc.pid)

@@ -128,12 +128,19 @@ def _rank_provenance(device: str) -> dict[str, Any]:
     return {"versions": versions, "device_name": name, "host": socket.gethostname()}
 
 
-def exit_after(fn: Any, *args: Any) -> None:
-    """Run a rank body; on any exception print it and exit HARD (no barrier, no atexit) so peers are not
-    left waiting in a collective and the launcher sees a non-zero exit at once."""
+def failure_marker(record_dir: str | Path, rank: int) -> Path:
+    """File a failing rank writes its failure time to: peers that die of the broken connection fail later, so
+    the launcher can name the rank that failed first."""
+    return Path(record_dir) / f"rank{rank}.failed"
+
+
+def exit_after(marker: Path, fn: Any, *args: Any) -> None:
+    """Run a rank body; on any exception print it, write `marker`, and exit HARD (no barrier, no atexit) so peers
+    are not left waiting in a collective and the launcher sees a non-zero exit at once."""
     try:
         fn(*args)
     except BaseException:
+        marker.write_text(repr(time.time()))
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -150,7 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     job = RunJob.from_file(args.job)
     env = os.environ
-    exit_after(run_rank, job, int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), None)
+    rank = int(env["RANK"])
+    exit_after(failure_marker(job.record_dir, rank), run_rank, job, rank, int(env["WORLD_SIZE"]),
+               int(env.get("LOCAL_RANK", 0)), None)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def test_crash_and_hang_are_contained(write_yaml, tmp_path, cache_dir):
     assert len(lines) == 4
     crash = verdicts["tiny-qwen3/fsdp2/dp2/fp32/cpu+crash"]
     assert crash["verdict"] == "ERROR"
-    assert "rank 1 exited with code 1" in crash["reasons"][0]
+    assert "rank 1 failed first" in crash["reasons"][0]  # rank 0 dies of the broken connection, later
     assert "InjectedCrash: injected crash on rank 1 at step 1" in crash["log_tail"]
     hang = verdicts["tiny-qwen3/fsdp2/dp2/fp32/cpu+hang"]
     assert hang["verdict"] == "ERROR" and "timeout" in hang["reasons"][0]

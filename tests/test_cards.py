@@ -13,9 +13,9 @@ from harness.cards import CardPool
 def _hold(lock_dir, count, hold_s, queue):
     pool = CardPool("npu", 8, lock_dir)
     lease = pool.lease(count, timeout_s=30, poll_s=0.05)
-    queue.put((time.monotonic(), lease.cards))
+    queue.put((time.monotonic(), "grant", lease.cards))
     time.sleep(hold_s)
-    queue.put((time.monotonic(), ("released",)))
+    queue.put((time.monotonic(), "release", lease.cards))  # before the release: replay stays conservative
     lease.release()
 
 
@@ -28,13 +28,13 @@ def test_processes_get_disjoint_cards_and_wait_for_release(tmp_path):
     events = [queue.get(timeout=60) for _ in range(6)]
     for worker in workers:
         worker.join(timeout=30)
-    grants = [cards for _, cards in events if cards != ("released",)]
+    grants = [cards for _, kind, cards in events if kind == "grant"]
     assert len(grants) == 3 and all(len(cards) == 4 for cards in grants)
     # at any moment, the cards held are disjoint: replay grants/releases in time order
     held: list[tuple[int, ...]] = []
-    for _, cards in sorted(events):
-        if cards == ("released",):
-            held.pop(0)
+    for _, kind, cards in sorted(events):
+        if kind == "release":
+            held.remove(cards)
         else:
             assert not set(cards) & {c for h in held for c in h}
             held.append(cards)

@@ -10,7 +10,6 @@ from tabulate import tabulate
 
 HEADERS = ["id", "strategy", "layout", "dtype", "device", "reference", "logp max|Δ|", "logp mean|Δ|",
            "loss rel (worst)", "gnorm rel (worst)", "step s", "verdict"]
-ICONS = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "SKIP": "SKIP"}
 
 
 def _num(value: Any, fmt: str = ".2e") -> str:

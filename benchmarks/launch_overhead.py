@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.runner import Runner, RunOptions
-from harness.schema import Scenario
+from parity.harness.contract.schema import Scenario
+from parity.harness.runner import Runner, RunOptions
 
 
 def measure(launcher: str, runs: int, world: int, cache: Path) -> list[tuple[float, float]]:

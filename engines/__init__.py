@@ -1,1 +1,1 @@
-"""Engines: one module per backend, all behind `engines.base.Engine`."""
+"""Engines: one module per backend, all behind `parity.harness.contract.engine.Engine`."""

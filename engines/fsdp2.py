@@ -1,6 +1,10 @@
-"""`fsdp2`: the transformers model under torch FSDP2 `fully_shard` on N ranks, with optional Ulysses
-sequence parallel. Ranks are laid out as (dp, ulysses): FSDP shards over the whole world (as verl does),
-rows are split over dp, the sequence over the ulysses group.
+"""`fsdp2`: the transformers model under torch FSDP2 `fully_shard` on N ranks, with optional Ulysses sequence
+parallel OR tensor parallel (2-D FSDP x TP, as torchtitan does it; engines/tensor_parallel.py has the plan).
+
+Ranks are laid out as (dp, inner) with inner = ulysses or tp, fastest. With Ulysses, FSDP shards over the whole
+world (as verl does), rows are split over dp and the sequence over each ulysses group. With TP, FSDP shards over
+the dp dimension of a (dp, tp) device mesh, rows are split over dp and every TP rank of a dp group sees the same
+rows.
 """
 
 from __future__ import annotations
@@ -10,14 +14,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engines import ulysses
-from engines.base import Engine, StepOutput, TokenOutputs
-from engines.hf_common import load_hf_model, make_optimizer
-from harness.losses import logprobs_and_entropy, masked_loss_sum
-from harness.workload import Batch
-
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
+from parity.engines import tensor_parallel, ulysses
+from parity.engines.hf_common import load_hf_model, make_optimizer
+from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
+from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
+from parity.harness.contract.workload import Batch
 
 
 class FSDP2Engine(Engine):
@@ -26,9 +27,10 @@ class FSDP2Engine(Engine):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         layout = self.ctx.scenario.layout
-        self.sp = layout.ulysses
-        self.dp = self.ctx.world_size // self.sp
-        self.dp_rank, self.sp_rank = divmod(self.ctx.rank, self.sp)
+        self.sp, self.tp = layout.ulysses, layout.tp
+        self.dp = self.ctx.world_size // (self.sp * self.tp)
+        self.dp_rank, inner = divmod(self.ctx.rank, self.sp * self.tp)
+        self.sp_rank = inner if self.sp > 1 else 0
         if self.sp > 1:
             ulysses.register()
             groups = [dist.new_group(list(range(d * self.sp, (d + 1) * self.sp))) for d in range(self.dp)]
@@ -36,11 +38,19 @@ class FSDP2Engine(Engine):
         model = load_hf_model(self.ctx, ulysses.ATTN_NAME if self.sp > 1 else "sdpa")
         settings = self.fully_shard_settings(self.ctx.scenario.fsdp_kwargs)
         mp = MixedPrecisionPolicy(param_dtype=settings["param_dtype"], reduce_dtype=settings["reduce_dtype"])
-        mesh = init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
+        if self.tp > 1:
+            mesh = init_device_mesh(self.ctx.device.type, (self.dp, self.tp), mesh_dim_names=("dp", "tp"))
+            tensor_parallel.parallelize_decoder(model, mesh["tp"])
+            self.tp_group = mesh["tp"].get_group()
+            mesh = mesh["dp"]
+        else:
+            mesh = init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
         for layer in model.model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=settings["reshard_after_forward"])
         fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=settings["reshard_after_forward"])
         self.model = model
+        # after fully_shard, which replaces every parameter with its sharded DTensor
+        self.tp_partial = tensor_parallel.partial_grad_params(model) if self.tp > 1 else []
         self.optimizer = make_optimizer(model.parameters(), self.ctx.scenario.workload)
 
     def fully_shard_settings(self, given: dict[str, Any]) -> dict[str, Any]:
@@ -48,16 +58,16 @@ class FSDP2Engine(Engine):
         (and so never reported as applied: the propagation check fails them)."""
         return {
             "reshard_after_forward": bool(given.get("reshard_after_forward", True)),
-            "param_dtype": _DTYPES[given.get("param_dtype", self.ctx.scenario.dtype)],
-            "reduce_dtype": _DTYPES[given.get("reduce_dtype", "fp32")],
+            "param_dtype": TORCH_DTYPES[given.get("param_dtype", self.ctx.scenario.dtype)],
+            "reduce_dtype": TORCH_DTYPES[given.get("reduce_dtype", "fp32")],
         }
 
     def applied_kwargs(self) -> dict[str, Any]:
         """Read back from the FSDP state of the first layer, not from what was asked for."""
         group = self.model.model.layers[0]._get_fsdp_state()._fsdp_param_group
         effective = {"reshard_after_forward": group.post_forward_mesh_info is not None,
-                     "param_dtype": _DTYPE_NAMES[group.mp_policy.param_dtype or torch.float32],
-                     "reduce_dtype": _DTYPE_NAMES[group.mp_policy.reduce_dtype or torch.float32]}
+                     "param_dtype": DTYPE_NAMES[group.mp_policy.param_dtype or torch.float32],
+                     "reduce_dtype": DTYPE_NAMES[group.mp_policy.reduce_dtype or torch.float32]}
         given = self.ctx.scenario.fsdp_kwargs
         return {"fsdp_kwargs": {k: v for k, v in effective.items() if k in given}} if given else {}
 
@@ -97,9 +107,10 @@ class FSDP2Engine(Engine):
         return TokenOutputs(logprobs=full_lp, entropy=full_ent)
 
     def _gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's piece in world order; TP peers hold the same result, so tp rank 0's is kept."""
         parts = [torch.empty_like(tensor) for _ in range(self.ctx.world_size)]
         dist.all_gather(parts, tensor.contiguous())
-        return [p.float().cpu() for p in parts]
+        return [p.float().cpu() for p in parts][::self.tp]
 
     def _assemble(self, parts: list[torch.Tensor]) -> torch.Tensor:
         """World-ordered (dp-major, sp-minor) pieces -> [B, S]."""
@@ -113,7 +124,7 @@ class FSDP2Engine(Engine):
         faults = self.ctx.faults
         # the gradient reduction averages over `grad_average_ranks`: scale so the sum is the global token-mean
         (loss * self.grad_average_ranks() * faults.loss_scale(step)).backward()
-        self.after_backward()
+        self.after_backward(step)
         faults.scale_grads((p.grad for p in self.model.parameters()), step)
         grad_norm = self.clip_grads(self.ctx.scenario.workload.grad_clip)
         self.optimizer.step()
@@ -135,17 +146,19 @@ class FSDP2Engine(Engine):
                                mask.to(device), normalizer)
 
     def grad_average_ranks(self) -> int:
-        """FSDP shards (and averages gradients) over the whole world."""
-        return self.ctx.world_size
+        """FSDP shards (and averages gradients) over the whole world, or over dp alone under TP."""
+        return self.ctx.world_size // self.tp
 
-    def after_backward(self) -> None:
-        """Hook for gradient reductions the wrapper leaves out (none for plain FSDP2)."""
+    def after_backward(self, step: int) -> None:
+        """Gradient reductions the wrappers leave out: under TP, the partial gradients of replicated parameters
+        fed head-sharded activations (Qwen3's q/k norms) are summed over the TP group."""
+        if self.tp > 1 and not self.ctx.faults.active("tp_grad_reduce_skip", step):
+            tensor_parallel.reduce_partial_grads(self.tp_partial, self.tp_group)
 
     def clip_grads(self, max_norm: float) -> float:
         """Clip and return the norm BEFORE clipping."""
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        return float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+        return tensor_parallel.clip_grad_norm(self.model.parameters(), max_norm)
 
     def loss_replicas(self) -> int:
-        """How many ranks hold the same loss share (summed over the world, then divided by this)."""
-        return 1
+        """How many ranks hold the same loss share (summed over the world, then divided by this): TP peers."""
+        return self.tp

@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from engines.base import Engine, StepOutput, TokenOutputs
-from engines.hf_common import autocast, load_hf_model, make_optimizer, model_inputs, response_logits
-from harness.losses import logprobs_and_entropy, masked_loss_sum
-from harness.workload import Batch
+from parity.engines.hf_common import autocast, load_hf_model, make_optimizer, model_inputs, response_logits
+from parity.harness.contract.engine import Engine, StepOutput, TokenOutputs
+from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
+from parity.harness.contract.workload import Batch
 
 PRECISIONS = ("autocast", "master_weights")
 

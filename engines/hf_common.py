@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from engines.base import EngineContext
-from harness.schema import Workload
-from harness.workload import Batch
+from parity.harness.contract.engine import EngineContext
+from parity.harness.contract.schema import Workload
+from parity.harness.contract.workload import Batch
 
 
 def load_hf_model(ctx: EngineContext, attn_implementation: str = "sdpa") -> torch.nn.Module:

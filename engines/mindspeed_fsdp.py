@@ -17,19 +17,19 @@ Batch sharding and scoring are the fsdp2 engine's (rows over fsdp, sequence over
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from engines import ulysses
-from engines.fsdp2 import FSDP2Engine
-from engines.hf_common import load_hf_model, make_optimizer
-from engines.mindspeed_megatron import ascend_gaps, ensure_runnable
-from harness.schema import Scenario
-from harness.workload import Batch
+from parity.engines import tensor_parallel, ulysses
+from parity.engines.fsdp2 import FSDP2Engine
+from parity.engines.hf_common import load_hf_model, make_optimizer
+from parity.engines.specs import MINDSPEED_FSDP
+from parity.harness.contract.engine import TORCH_DTYPES
+from parity.harness.contract.schema import Scenario
+from parity.harness.contract.workload import Batch
 
 #: module-name patterns (MindSpeed's `{*}` syntax) for the transformers decoder layout
 LAYERS = "model.layers.{*}"
@@ -37,11 +37,8 @@ TP_COLWISE = [f"{LAYERS}.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj")]
              [f"{LAYERS}.mlp.{p}" for p in ("gate_proj", "up_proj")]
 TP_ROWWISE = [f"{LAYERS}.self_attn.o_proj", f"{LAYERS}.mlp.down_proj"]
 EXPERTS = f"{LAYERS}.mlp.experts"
-#: replicated under TP but fed head-sharded activations (Qwen3's per-head RMSNorm): each TP rank's gradient is
-#: a partial sum that no TP style in MindSpeed's plan reduces
-TP_PARTIAL_GRADS = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
 
-_DTYPE_NAMES = ("fp32", "bf16", "fp16")
+_DTYPE_NAMES = tuple(TORCH_DTYPES)
 
 #: fsdp_kwargs key -> (where it lives in ParallelEngineConfig, check of the value)
 FSDP_KWARGS: dict[str, tuple[tuple[str, ...], Any]] = {
@@ -149,13 +146,6 @@ def plan_fsdp(scenario: Scenario) -> FSDPEnginePlan:
     return FSDPEnginePlan(config=config, applied=applied, dropped=tuple(dropped))
 
 
-def missing_requirements(scenario: Scenario) -> str | None:
-    """Why this engine cannot run here (None = it can): the reason a scenario is SKIPPED with."""
-    gaps = ascend_gaps(("mindspeed", ("fsdp", "mindspeed_parallel_engine"),
-                        "needs a mindspeed with the mindspeed.fsdp package (MindSpeed's FSDP parallel engine)"))
-    return "; ".join(gaps) or None
-
-
 # ---- the engine ---------------------------------------------------------------------------------------------
 def build_config(plan: FSDPEnginePlan) -> Any:
     """The real ParallelEngineConfig (its __post_init__ validates and fills the plans)."""
@@ -171,7 +161,7 @@ class MindSpeedFSDPEngine(FSDP2Engine):
     """Reuses the fsdp2 engine's batch sharding and scoring; the model is wrapped by MindSpeed instead."""
 
     def setup(self) -> None:
-        ensure_runnable(self.ctx.scenario, missing_requirements)
+        MINDSPEED_FSDP.require()
         from mindspeed.fsdp.mindspeed_parallel_engine import MindSpeedParallelEngine
 
         self.plan = plan_fsdp(self.ctx.scenario)
@@ -193,7 +183,7 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         if self.sp > 1:
             ulysses.STATE.group = self.state.get_group("ulysses")
         self.compute = _compute_context(self.plan, self.ctx.device.type)
-        self.tp_partial = {id(p) for n, p in self.model.named_parameters() if n.endswith(TP_PARTIAL_GRADS)}
+        self.tp_partial = {id(p) for p in tensor_parallel.partial_grad_params(self.model)}
         self.optimizer = make_optimizer(self.model.parameters(), self.ctx.scenario.workload)
         self.model.apply_optimizer_hook(self.optimizer)
 
@@ -212,15 +202,11 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         with self.compute:
             return super()._score_local(local, cols)
 
-    def _gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        """Ranks are (fsdp, ulysses, tp) with tp fastest; TP peers hold the same result, keep tp rank 0."""
-        return super()._gather(tensor)[::self.tp]
-
     def grad_average_ranks(self) -> int:
         """FSDP (and MindSpeed's expert FSDP, divide factor ep*efsdp = dp) average over dp."""
         return self.dp
 
-    def after_backward(self) -> None:
+    def after_backward(self, step: int) -> None:
         self._reduce_grads_fsdp_left_out()
 
     def loss_replicas(self) -> int:
@@ -234,7 +220,7 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         for param in self.model.parameters():
             if param.grad is None:
                 continue
-            local = _local(param.grad)
+            local = tensor_parallel.local(param.grad)
             if self.dp > 1 and not _fsdp_managed(param):
                 dist.all_reduce(local, group=self.state.get_group("fsdp"))
                 local.div_(self.dp)
@@ -243,35 +229,18 @@ class MindSpeedFSDPEngine(FSDP2Engine):
             if self.tp > 1 and id(param) in self.tp_partial:
                 dist.all_reduce(local, group=self.state.get_group("tp"))
 
-    @torch.no_grad()
     def clip_grads(self, max_norm: float) -> float:
-        """torch's clip_grad_norm_ cannot stack norms of DTensors on different meshes: reduce each, then add."""
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        total = 0.0
-        for grad in grads:
-            norm = torch.linalg.vector_norm(grad, 2.0, dtype=torch.float32)
-            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-            total += float(norm) ** 2
-        total_norm = math.sqrt(total)
-        coef = min(1.0, max_norm / (total_norm + 1e-6))
-        if coef < 1.0:
-            for grad in grads:
-                grad.mul_(coef)
-        return total_norm
+        return tensor_parallel.clip_grad_norm(self.model.parameters(), max_norm)
 
 
 def _compute_context(plan: FSDPEnginePlan, device_type: str) -> contextlib.AbstractContextManager[Any]:
     """MindSpeed keeps TP modules out of FSDP when fsdp > 1, so FSDP's param_dtype never casts them: their
     matmuls run under autocast at that dtype (else fp32 weights meet bf16 activations and the matmul fails)."""
     cfg = plan.config
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg["fsdp_plan"]["param_dtype"])
-    if dtype is None or cfg["fully_shard_parallel_size"] == 1 or cfg["tensor_parallel_size"] == 1:
+    dtype = TORCH_DTYPES[cfg["fsdp_plan"]["param_dtype"]]
+    if dtype == torch.float32 or cfg["fully_shard_parallel_size"] == 1 or cfg["tensor_parallel_size"] == 1:
         return contextlib.nullcontext()
     return torch.autocast(device_type, dtype=dtype)
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def _fsdp_managed(param: torch.Tensor) -> bool:

@@ -13,7 +13,7 @@ onto the config as well; all other keys are left to the Megatron engine, which r
 DDP or optimizer config. The routing is a pure function (`plan_mindspeed_args`) so that CPU tests cover it.
 
 Nothing heavy is imported with this module: `MindSpeedMegatronEngine` is built on first access (module
-`__getattr__`), importing `mindspeed.megatron_adaptor` BEFORE `engines.megatron` (and so Megatron-Core), as
+`__getattr__`), importing `mindspeed.megatron_adaptor` BEFORE `parity.engines.megatron` (and so Megatron-Core), as
 MindSpeed requires for its pre-import patches.
 """
 
@@ -24,24 +24,13 @@ import importlib
 import importlib.util
 from collections.abc import Collection
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from engines.base import Engine, EngineContext
-from harness.schema import Scenario
-
-#: mcore_kwargs keys the scenario owns elsewhere -> where to set them instead. The Megatron engine rejects (and
-#: warns about) the same keys, so they never reach TransformerConfig either.
-LAYOUT_OWNED: dict[str, str] = {
-    "tensor_model_parallel_size": "layout.tp",
-    "pipeline_model_parallel_size": "layout.pp",
-    "virtual_pipeline_model_parallel_size": "layout.vpp",
-    "context_parallel_size": "layout.cp",
-    "expert_model_parallel_size": "layout.ep",
-    "expert_tensor_parallel_size": "layout.etp",
-    "sequence_parallel": "layout.sequence_parallel",
-    "seq_length": "workload.prompt_len + workload.response_len",
-}
+from parity.engines.megatron.rules import expert_tensor_parallel
+from parity.engines.specs import MINDSPEED_MEGATRON
+from parity.harness.contract.engine import Engine, EngineContext
+from parity.harness.contract.schema import Scenario
+from parity.harness.contract.spec import module_present
 
 #: MindSpeed CP algorithms whose sequence split is Megatron's load-balanced 2*cp chunking (what the Megatron
 #: engine feeds). ulysses_cp_algo splits contiguously and hybrid/adaptive ones reorder tokens
@@ -56,7 +45,6 @@ MINDSPEED_DEFAULTS: dict[str, Any] = {
     "attention_mask_type": "causal",
 }
 
-_ASCEND_DTYPES = ("bf16", "fp16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +73,7 @@ def layout_args(scenario: Scenario, transformer_impl: str = "local") -> dict[str
         "context_parallel_size": lay.cp,
         "expert_model_parallel_size": lay.ep,
         # the Megatron engine splits experts like the dense layers when ep == 1: MindSpeed must agree
-        "expert_tensor_parallel_size": lay.etp if lay.ep > 1 else lay.tp,
+        "expert_tensor_parallel_size": expert_tensor_parallel(lay),
         "sequence_parallel": bool(lay.sequence_parallel and lay.tp > 1),
         # ulysses-style CP validation reads args.seq_length, which TransformerConfig does not have
         "seq_length": scenario.workload.seq_len,
@@ -104,8 +92,8 @@ def plan_mindspeed_args(scenario: Scenario, mindspeed_keys: Collection[str], meg
     routed: dict[str, str] = {}
     rejected: dict[str, str] = {}
     for key, value in scenario.mcore_kwargs.items():
-        if key in LAYOUT_OWNED:
-            rejected[key] = f"set by the scenario's {LAYOUT_OWNED[key]}, not by mcore_kwargs"
+        if key in MINDSPEED_MEGATRON.layout_keys:
+            rejected[key] = f"set by the scenario's {MINDSPEED_MEGATRON.layout_keys[key]}, not by mcore_kwargs"
         elif key in mindspeed_keys or key in MINDSPEED_DEFAULTS:
             mindspeed[key] = value
             routed[key] = "both" if key in megatron_keys else "mindspeed"
@@ -118,60 +106,6 @@ def plan_mindspeed_args(scenario: Scenario, mindspeed_keys: Collection[str], meg
     return MindSpeedArgsPlan(mindspeed_args=mindspeed, routed=routed, rejected=rejected)
 
 
-def scenario_errors(scenario: Scenario) -> list[str]:
-    """What makes a scenario unfit for a MindSpeed engine regardless of this machine."""
-    errors = []
-    if scenario.device != "npu":
-        errors.append(f"{scenario.strategy} runs on device npu (MindSpeed is Ascend-only); the scenario says "
-                      f"device {scenario.device}")
-    if scenario.dtype not in _ASCEND_DTYPES:
-        errors.append(f"{scenario.strategy} trains in bf16 or fp16 (as verl enforces for MindSpeed); the scenario "
-                      f"says dtype {scenario.dtype}")
-    return errors
-
-
-def module_missing(name: str, *inner: str) -> bool:
-    """True when top-level package `name` (or its file/folder `inner`) is absent. Finds, never imports: importing
-    torch_npu without CANN breaks torch, and mindspeed's adaptor patches torch on import."""
-    spec = importlib.util.find_spec(name)
-    if spec is None:
-        return True
-    if not inner:
-        return False
-    roots = [Path(p) for p in (spec.submodule_search_locations or [])]
-    return not any((root.joinpath(*inner[:-1]) / f"{inner[-1]}.py").exists()
-                   or root.joinpath(*inner).is_dir() for root in roots)
-
-
-def ascend_gaps(*extra: tuple[str, tuple[str, ...], str]) -> list[str]:
-    """Missing Ascend packages: torch_npu, mindspeed, then `extra` (name, inner path, message) entries."""
-    gaps = []
-    if module_missing("torch_npu"):
-        gaps.append("needs torch_npu (the Ascend PyTorch adapter; installed only in Ascend images with CANN)")
-    if module_missing("mindspeed"):
-        gaps.append("needs the mindspeed package (installed only in Ascend images)")
-    else:
-        gaps += [message for name, inner, message in extra if module_missing(name, *inner)]
-    return gaps
-
-
-def missing_requirements(scenario: Scenario) -> str | None:
-    """Why this engine cannot run here (None = it can): the reason a scenario is SKIPPED with."""
-    gaps = ascend_gaps(("mindspeed", ("megatron_adaptor",), "needs mindspeed.megatron_adaptor (MindSpeed Core)"))
-    if module_missing("megatron", "core"):
-        gaps.append("needs megatron-core (the Megatron-LM version MindSpeed pins, core_v0.12.1 at the time of writing)")
-    return "; ".join(gaps) or None
-
-
-def ensure_runnable(scenario: Scenario, missing: Any) -> None:
-    """Raise before any setup for a layout MindSpeed cannot take or a package that is missing here."""
-    errors = scenario_errors(scenario)
-    if errors:
-        raise ValueError("; ".join(errors))
-    if reason := missing(scenario):
-        raise RuntimeError(f"{reason} (the harness should have skipped this scenario)")
-
-
 # ---- the engine ---------------------------------------------------------------------------------------------
 class _MindSpeedMegatronMixin:
     """MindSpeed on top of the Megatron engine: checks, repatch before model-parallel init, kwargs routing."""
@@ -181,7 +115,7 @@ class _MindSpeedMegatronMixin:
     _mindspeed_effective: dict[str, Any]
 
     def setup(self) -> None:
-        ensure_runnable(self.ctx.scenario, missing_requirements)
+        MINDSPEED_MEGATRON.require()
         super().setup()  # type: ignore[misc]
         self._verify_context_parallel()
 
@@ -260,7 +194,7 @@ class _MindSpeedMegatronMixin:
 
 
 class _MissingMegatronBase(Engine):
-    """Stands in when engines.megatron cannot be imported, so this module still imports; fails at setup."""
+    """Stands in when parity.engines.megatron cannot be imported, so this module still imports; fails at setup."""
 
     import_error = ""
 
@@ -283,14 +217,14 @@ class _MissingMegatronBase(Engine):
 
 def _megatron_base() -> type[Engine]:
     try:
-        return importlib.import_module("engines.megatron").MegatronEngine
+        return importlib.import_module("parity.engines.megatron").MegatronEngine
     except (ImportError, AttributeError) as exc:
         return type("_MissingMegatronBase", (_MissingMegatronBase,),
                     {"__module__": __name__, "import_error": f"{type(exc).__name__}: {exc}"})
 
 
 def _build_engine_class() -> type[Engine]:
-    if not module_missing("mindspeed", "megatron_adaptor") and not module_missing("torch_npu"):
+    if module_present("mindspeed.megatron_adaptor") and module_present("torch_npu"):
         importlib.import_module("mindspeed.megatron_adaptor")  # before Megatron: its pre-import patches
     base = _megatron_base()
     return type("MindSpeedMegatronEngine", (_MindSpeedMegatronMixin, base),

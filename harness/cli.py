@@ -10,16 +10,17 @@ import sys
 import time
 from pathlib import Path
 
-from harness import migrate, plan
-from harness.errors import ScenarioError
-from harness.options import add_options, run_options
-from harness.runner import Runner
-from harness.selection import DEFAULT_FILES, check_runnable, scenario_files, select
-from harness.validate import skip_reason
-from harness.verdict import Verdict
-from reports import results as results_file
-from reports.publish import publish
-from reports.terminal import progress_line
+from parity.harness import plan
+from parity.harness.config import migrate
+from parity.harness.config.errors import ScenarioError
+from parity.harness.config.selection import DEFAULT_FILES, check_runnable, scenario_files, select
+from parity.harness.config.validate import skip_reason
+from parity.harness.judge.verdict import Verdict
+from parity.harness.options import add_options, run_options
+from parity.harness.runner import Runner
+from parity.reports import results as results_file
+from parity.reports.publish import publish
+from parity.reports.terminal import progress_line
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ScenarioError
-from harness.runner import RunOptions
+from parity.harness.config.errors import ScenarioError
+from parity.harness.runner import RunOptions
 
 OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("device", {"choices": ["cpu", "cuda", "npu"], "default": None,

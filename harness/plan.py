@@ -9,12 +9,12 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.devices import DEVICE_KINDS
-from harness.launch import torchrun_commands
-from harness.runner import slug
-from harness.schema import Scenario
-from harness.selection import scenario_files, select
-from harness.validate import skip_reason
+from parity.harness.config.devices import DEVICE_KINDS
+from parity.harness.config.selection import scenario_files, select
+from parity.harness.config.validate import skip_reason
+from parity.harness.contract.schema import Scenario
+from parity.harness.run.launch import torchrun_commands
+from parity.harness.runner import slug
 
 PLACEHOLDER_PORT = 29500
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from harness.errors import ScenarioError
-from harness.matrix import load_file
-from harness.options import add_options, run_options
-from harness.runner import Runner
-from harness.schema import Scenario
-from harness.selection import with_device
-from harness.validate import check_environment, check_scenario, skip_reason
-from harness.verdict import Verdict
+from parity.harness.config.errors import ScenarioError
+from parity.harness.config.matrix import load_file
+from parity.harness.config.selection import with_device
+from parity.harness.config.validate import check_environment, check_scenario, skip_reason
+from parity.harness.contract.schema import Scenario
+from parity.harness.judge.verdict import Verdict
+from parity.harness.options import add_options, run_options
+from parity.harness.runner import Runner
 
 MARKERS = {
     "nightly": "scenario runs in the nightly matrix",
@@ -53,7 +53,7 @@ class ParitySession:
 
     def run(self, scenario: Scenario) -> Verdict:
         if self._runner is None:
-            from reports import results as results_file
+            from parity.reports import results as results_file
 
             results_file.reset(self.options.out_dir)
             self._runner = Runner(self.options, self.scenarios)
@@ -62,7 +62,7 @@ class ParitySession:
         return verdict
 
     def record(self, verdict: Verdict) -> None:
-        from reports import results as results_file
+        from parity.reports import results as results_file
 
         result = verdict.to_json()
         results_file.append(self.options.out_dir, result)
@@ -72,8 +72,8 @@ class ParitySession:
         """Print and write the table; under xdist only the controller does, over every worker's shard."""
         import io
 
-        from reports import results as results_file
-        from reports.publish import publish
+        from parity.reports import results as results_file
+        from parity.reports.publish import publish
 
         if self.worker:
             return

@@ -14,15 +14,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from harness import devices
-from harness.cards import CardPool
-from harness.launch import ForkedLauncher, LaunchResult, TorchrunLauncher
-from harness.records import RunRecord
-from harness.reference import baseline_scenario, cache_key, golden_dir, reference_scenario
-from harness.schema import Scenario
-from harness.validate import skip_reason
-from harness.verdict import Verdict, errored, judge, skipped
-from harness.worker import RunJob
+from parity.harness.config import devices
+from parity.harness.config.registry import preload_modules, spec_for
+from parity.harness.config.validate import skip_reason
+from parity.harness.contract.schema import Scenario
+from parity.harness.judge.reference import baseline_scenario, cache_key, golden_dir, reference_scenario
+from parity.harness.judge.verdict import Verdict, errored, judge, skipped
+from parity.harness.run.cards import CardPool
+from parity.harness.run.launch import ForkedLauncher, LaunchResult, TorchrunLauncher
+from parity.harness.run.records import RunRecord
+from parity.harness.run.worker import RunJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +179,6 @@ class Runner:
 
     def _forked_launcher(self, scenario: Scenario) -> ForkedLauncher:
         if self._forked is None:
-            preload = ["torch", "harness.preload"]
-            strategies = {s.strategy for s in [*self._planned, scenario]}
-            # MindSpeed's adaptor must patch megatron before megatron is imported: never preload it then
-            if "megatron" in strategies and "mindspeed_megatron" not in strategies:
-                preload.append("engines.megatron.model")  # imports megatron.core: 5-10x faster Megatron runs
-            self._forked = ForkedLauncher(preload)
+            specs = list({spec.name: spec for spec in map(spec_for, [*self._planned, scenario])}.values())
+            self._forked = ForkedLauncher(["torch", "parity.harness.run.worker", *preload_modules(specs)])
         return self._forked

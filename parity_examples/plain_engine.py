@@ -1,8 +1,8 @@
 """A third-party engine in under 60 lines: a plain transformers model, one process, plain AdamW.
 
-A scenario runs it with `engine: "parity_examples.plain_engine:PlainHFEngine"`. It deliberately uses
-nothing from the harness but the interface (engines.base) and the shared loss (harness.losses), the way
-an external framework would wrap its own training step.
+A scenario runs it with `engine: "parity.examples.plain_engine:PlainHFEngine"`. It deliberately uses
+nothing from the harness but its contract (parity.harness.contract: the Engine interface and the shared loss), the
+way an external framework would wrap its own training step.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 import transformers
 
-from engines.base import Engine, StepOutput, TokenOutputs
-from harness.losses import logprobs_and_entropy, masked_loss_sum
-from harness.workload import Batch
+from parity.harness.contract.engine import Engine, StepOutput, TokenOutputs
+from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
+from parity.harness.contract.workload import Batch
 
 
 class PlainHFEngine(Engine):

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from reports.pivot import strategy_pivot
-from reports.table import overhead_line, parity_table, reasons_block, summary_line
+from parity.reports.pivot import strategy_pivot
+from parity.reports.table import overhead_line, parity_table, reasons_block, summary_line
 
 
 def render(results: list[dict[str, Any]], wall_s: float | None = None, title: str = "Parity results") -> str:

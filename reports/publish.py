@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from reports.markdown import append_step_summary, render, write_summary
-from reports.terminal import print_report
+from parity.reports.markdown import append_step_summary, render, write_summary
+from parity.reports.terminal import print_report
 
 
 def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None = None,

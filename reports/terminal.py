@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from reports.table import overhead_line, parity_table, reasons_block, summary_line
+from parity.reports.table import overhead_line, parity_table, reasons_block, summary_line
 
 
 def progress_line(index: int, total: int, result: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner import Runner, RunOptions
+from parity.harness.runner import Runner, RunOptions
 
 pytest_plugins = ["pytester"]
 REPO = Path(__file__).resolve().parents[1]
@@ -42,5 +42,5 @@ def write_yaml(tmp_path: Path):
 def run_cli(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`parity ...` in a fresh interpreter, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "parity.harness.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})

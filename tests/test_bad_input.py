@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import devices
-from harness.cli import main
+from parity.harness.cli import main
+from parity.harness.config import devices
 from tests.conftest import run_cli
 
 CASES = {

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from harness.cards import CardPool
+from parity.harness.run.cards import CardPool
 
 
 def _hold(lock_dir, count, hold_s, queue):

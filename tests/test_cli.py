@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness.cli import main
+from parity.harness.cli import main
 
 PASSING = "matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}}\n"
 FAILING = ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}, "

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from harness.compare import error_ratio, rel_diff, series_rel_diff, token_diff
-from harness.records import RunRecord, StepRecord
-from harness.schema import Scenario
-from harness.verdict import dropped_kwargs, judge
+from parity.harness.contract.schema import Scenario
+from parity.harness.judge.compare import error_ratio, rel_diff, series_rel_diff, token_diff
+from parity.harness.judge.verdict import dropped_kwargs, judge
+from parity.harness.run.records import RunRecord, StepRecord
 
 
 def make_record(seed: int = 0, losses=(0.5, 0.4), norms=(3.0, 1.0), noise: float = 0.0) -> RunRecord:

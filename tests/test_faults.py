@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.matrix import load_file
+from parity.harness.config.matrix import load_file
 from tests.conftest import DATA
 
 SCENARIOS = {s.id: s for s in load_file(DATA / "faults.yaml")}
 CLEAN = "tiny-llama/fsdp2/dp2/fp32/cpu"
 CLEAN_BF16 = "tiny-llama/fsdp2/dp2/bf16/cpu+vs-hf"
+CLEAN_TP = "tiny-qwen3/fsdp2/tp2/fp32/cpu"
 
 #: faulted id -> a metric that must be among the FAIL reasons
 EXPECTED = {
@@ -23,10 +24,12 @@ EXPECTED = {
     CLEAN + "+local_token_norm": "loss rel diff at step 1",
     "tiny-llama/fsdp2/ulysses2/fp32/cpu+local_token_norm": "loss rel diff at step 1",
     "tiny-llama/fsdp2/dp2/bf16/cpu+mask_shift+vs-hf": "log-prob before training mean |Δ| ratio to baseline",
+    # q/k-norm gradients left partial on each TP rank: the pre-clip norm sees it at once
+    CLEAN_TP + "+tp_grad_reduce_skip": "pre-clip grad norm rel diff at step 1",
 }
 
 
-@pytest.mark.parametrize("clean_id", [CLEAN, CLEAN_BF16])
+@pytest.mark.parametrize("clean_id", [CLEAN, CLEAN_BF16, CLEAN_TP])
 def test_clean_twin_passes(runner, clean_id):
     verdict = runner.run_scenario(SCENARIOS[clean_id])
     assert verdict.status == "PASS", verdict.reasons

@@ -3,7 +3,7 @@ read back from the engine's objects; a key accepted but not applied FAILs the sc
 
 from __future__ import annotations
 
-from harness.matrix import load_file
+from parity.harness.config.matrix import load_file
 
 FILE = """
 defaults: {model: tiny-qwen3, layout: {dp: 2}}

@@ -55,7 +55,7 @@ def test_crash_and_hang_are_contained(write_yaml, tmp_path, cache_dir):
 
 
 def test_forked_launcher_kills_hung_ranks(runner, write_yaml):
-    from harness.matrix import load_file
+    from parity.harness.config.matrix import load_file
 
     scenario = load_file(write_yaml(MIXED))[2]
     record = runner.execute(scenario, "hang-direct", runner.options.out_dir / "hang-direct")
@@ -75,13 +75,13 @@ def test_torchrun_launcher_single_node(write_yaml, tmp_path, cache_dir):
 @pytest.mark.slow
 def test_two_nodes_on_loopback(write_yaml, tmp_path, cache_dir):
     """Node 1 and node 0 are separate `parity run` processes meeting at one rendezvous port; node 0 judges."""
-    from harness.launch import free_port
+    from parity.harness.run.launch import free_port
 
     path = write_yaml("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2, nodes: 2}, timeout: 120}\n")
     port = str(free_port())
     common = ["--cache-dir", str(cache_dir), "--master-addr", "127.0.0.1", "--master-port", port]
-    node1 = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "n1"),
-                              "--node-rank", "1", *common], cwd=REPO, stdout=subprocess.PIPE,
+    node1 = subprocess.Popen([sys.executable, "-m", "parity.harness.cli", "run", str(path), "--out",
+                              str(tmp_path / "n1"), "--node-rank", "1", *common], cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
     node0 = run_cli("run", str(path), "--out", str(tmp_path / "n0"), "--node-rank", "0", *common)
     out1, _ = node1.communicate(timeout=180)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ScenarioError
-from harness.matrix import load_file, load_files
+from parity.harness.config.errors import ScenarioError
+from parity.harness.config.matrix import load_file, load_files
 
 REPO = Path(__file__).resolve().parents[1]
 

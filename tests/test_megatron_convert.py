@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.megatron.convert import (
+from parity.engines.megatron.convert import (
     McorePiece,
     ModelArch,
     Shard,
@@ -17,8 +17,8 @@ from engines.megatron.convert import (
     split_qkv,
     te_name,
 )
-from engines.megatron.hf_weights import SafetensorsCheckpoint
-from harness.models import TINY_MODELS, ensure_checkpoint
+from parity.engines.megatron.hf_weights import SafetensorsCheckpoint
+from parity.harness.config.models import TINY_MODELS, ensure_checkpoint
 
 MODELS = sorted(TINY_MODELS)
 
@@ -134,7 +134,7 @@ def test_mixed_dense_and_moe_layers_round_trip(tmp_path: Path) -> None:
     """Qwen3-MoE with `mlp_only_layers`: dense layers keep gate/up/down, MoE layers get router and experts."""
     import transformers
 
-    from harness.models import tiny_config_dict
+    from parity.harness.config.models import tiny_config_dict
 
     cfg = tiny_config_dict("tiny-qwen3-moe")
     cfg.pop("config_class"), cfg.pop("rope_theta")

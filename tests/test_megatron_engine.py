@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 import torch
 
-from engines.megatron.rules import megatron_layout_errors
-from harness.launch import ForkedLauncher
-from harness.models import model_shape
-from harness.runner import Runner, RunOptions
-from harness.schema import Scenario
+from parity.harness.config.validate import layout_errors
+from parity.harness.contract.schema import Scenario
+from parity.harness.run.launch import ForkedLauncher
+from parity.harness.runner import Runner, RunOptions
 
 pytest.importorskip("megatron.core")
 
@@ -25,7 +24,7 @@ def _scenario(model: str = "tiny-qwen3", **fields: Any) -> Scenario:
 
 # ---- in-process ------------------------------------------------------------------------------------------
 def test_mcore_kwargs_go_to_every_dataclass_that_declares_them() -> None:
-    from engines.megatron.config import route_mcore_kwargs
+    from parity.engines.megatron.config import route_mcore_kwargs
 
     routed = route_mcore_kwargs({"use_distributed_optimizer": True, "moe_token_dispatcher_type": "alltoall",
                                  "adam_eps": 1e-6, "micro_batch_size": 2, "params_dtype": "bfloat16",
@@ -45,24 +44,24 @@ def test_mcore_kwargs_go_to_every_dataclass_that_declares_them() -> None:
 ])
 def test_layout_rules(layout: dict[str, Any], key: str) -> None:
     scenario = _scenario("tiny-qwen3-moe", layout=layout)
-    assert key in [k for k, _ in megatron_layout_errors(scenario, model_shape(scenario.model))]
+    assert key in [k for k, _ in layout_errors(scenario)]
 
 
 def test_layout_rules_accept_the_matrix() -> None:
-    from harness.matrix import load_file
+    from parity.harness.config.matrix import load_file
 
     scenarios = load_file(Path(__file__).parents[1] / "scenarios" / "cpu.yaml")
     for scenario in (s for s in scenarios if s.strategy == "megatron"):
-        assert megatron_layout_errors(scenario, model_shape(scenario.model)) == [], scenario.id
+        assert layout_errors(scenario) == [], scenario.id
 
 
 def test_cp_needs_two_chunks_per_rank() -> None:
     scenario = _scenario(layout={"cp": 2}, workload={"prompt_len": 15, "response_len": 16})
-    assert [k for k, _ in megatron_layout_errors(scenario, model_shape("tiny-qwen3"))] == ["layout.cp"]
+    assert [k for k, _ in layout_errors(scenario)] == ["layout.cp"]
 
 
 def test_attention_mask_is_hf_causal_and_padding() -> None:
-    from engines.megatron.batching import attention_mask
+    from parity.engines.megatron.batching import attention_mask
 
     real = torch.tensor([[0, 1, 1, 0]])
     allowed = ~attention_mask(real)[0, 0]
@@ -74,7 +73,7 @@ def test_cp_chunk_order_matches_megatron_batch_split(monkeypatch: pytest.MonkeyP
     from megatron.core import parallel_state
     from megatron.core.utils import get_batch_on_this_cp_rank
 
-    from engines.megatron.cp_attention import sequence_order
+    from parity.engines.megatron.cp_attention import sequence_order
 
     monkeypatch.setattr(parallel_state, "get_context_parallel_world_size", lambda: 2)
     pieces = []
@@ -90,7 +89,7 @@ def test_cpu_shim_restores_everything() -> None:
     from megatron.core.tensor_parallel import mappings, random
     from megatron.core.transformer.moe import moe_utils
 
-    from engines.megatron.cpu_compat import CpuCompat
+    from parity.engines.megatron.cpu_compat import CpuCompat
 
     def patched_things() -> tuple[Any, ...]:
         return (torch.cuda.current_device, torch.cuda.Stream, random._get_cuda_rng_state,
@@ -112,7 +111,7 @@ def test_cpu_shim_restores_everything() -> None:
 def test_cpu_shim_refuses_other_megatron_versions(monkeypatch: pytest.MonkeyPatch) -> None:
     from megatron.core import package_info
 
-    from engines.megatron.cpu_compat import check_version
+    from parity.engines.megatron.cpu_compat import check_version
 
     monkeypatch.setattr(package_info, "__version__", "0.17.0")
     with pytest.raises(RuntimeError, match=r"0\.16\.1"):
@@ -126,7 +125,7 @@ class MegatronRunner(Runner):
 
     def _forked_launcher(self, scenario: Scenario) -> ForkedLauncher:
         if getattr(self, "_forked", None) is None:
-            self._forked = ForkedLauncher(["torch", "harness.preload", "engines.megatron.model"])
+            self._forked = ForkedLauncher(["torch", "parity.harness.run.worker", "parity.engines.megatron.model"])
         return self._forked
 
 

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from harness.cli import main
-from harness.errors import ScenarioError
-from harness.matrix import load_file
+from parity.harness.cli import main
+from parity.harness.config.errors import ScenarioError
+from parity.harness.config.matrix import load_file
 from tests.conftest import DATA
 
 OLD_FILES = sorted((DATA / "old").glob("*.yaml"))

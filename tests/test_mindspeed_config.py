@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from engines import mindspeed_fsdp as msf
-from engines import mindspeed_megatron as msm
-from engines.base import Engine, EngineContext
-from harness.schema import Layout, Scenario
+from parity.engines import mindspeed_fsdp as msf
+from parity.engines import mindspeed_megatron as msm
+from parity.engines.specs import MINDSPEED_FSDP, MINDSPEED_MEGATRON
+from parity.harness.contract.engine import Engine, EngineContext
+from parity.harness.contract.schema import Layout, Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,7 +107,7 @@ def test_real_transformer_config_fields_route_to_megatron() -> None:
 
 
 class _FakeMegatronBase(Engine):
-    """The hooks of engines.megatron.MegatronEngine, recording what the subclass hands over."""
+    """The hooks of parity.engines.megatron.MegatronEngine, recording what the subclass hands over."""
 
     def setup(self) -> None: ...
     def forward(self, batch: Any) -> None: ...
@@ -210,28 +211,30 @@ def test_fsdp_kwargs_bad_values_name_the_key(key: str, value: Any) -> None:
 
 
 # ---- requirements and imports -------------------------------------------------------------------------------
-def test_scenario_errors_name_device_and_dtype() -> None:
-    bad = Scenario(model="tiny-qwen3", strategy="mindspeed_fsdp", dtype="fp32", device="cpu")
-    errors = " ".join(msm.scenario_errors(bad))
-    assert "device npu" in errors and "bf16 or fp16" in errors
-    assert msm.scenario_errors(scenario()) == []
+def test_mindspeed_on_cpu_skips_naming_the_device_unless_emulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    from parity.harness.config import devices, validate
+
+    monkeypatch.setattr(devices, "npu_emulated", lambda: False)
+    cpu = Scenario(model="tiny-qwen3", strategy="mindspeed_fsdp", dtype="fp32", device="cpu")
+    assert "runs on npu, not cpu" in validate.skip_reason(cpu)
+    validate.check_scenario(cpu)  # fp32 is not refused: MindSpeed's patches run in fp32
 
 
-@pytest.mark.parametrize("module", [msm, msf])
-def test_missing_requirements_name_mindspeed_and_torch_npu(module: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("spec", [MINDSPEED_MEGATRON, MINDSPEED_FSDP])
+def test_missing_requirements_name_mindspeed_and_torch_npu(spec: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    reason = module.missing_requirements(scenario())
+    reason = "; ".join(spec.missing())
     assert "mindspeed" in reason and "torch_npu" in reason
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mindspeed") is not None, reason="mindspeed is installed here")
-@pytest.mark.parametrize("module", [msm, msf])
-def test_missing_requirements_on_this_box(module: Any) -> None:
-    assert "needs the mindspeed package" in module.missing_requirements(scenario())
+@pytest.mark.parametrize("spec", [MINDSPEED_MEGATRON, MINDSPEED_FSDP])
+def test_missing_requirements_on_this_box(spec: Any) -> None:
+    assert any("needs the mindspeed package" in m for m in spec.missing())
 
 
 def test_importing_the_engines_imports_neither_torch_npu_nor_mindspeed() -> None:
-    code = ("import sys, engines.mindspeed_megatron as m, engines.mindspeed_fsdp\n"
+    code = ("import sys, parity.engines.mindspeed_megatron as m, parity.engines.mindspeed_fsdp\n"
             "heavy = [n for n in sys.modules if n.split('.')[0] in ('torch_npu', 'mindspeed', 'megatron')]\n"
             "assert not heavy, heavy\n"
             "m.MindSpeedMegatronEngine  # building the class must not import them either without an NPU\n"

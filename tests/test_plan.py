@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.cli import main
+from parity.harness.cli import main
 
 TWO_NODE = "matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 16, nodes: 2}, workload: {batch_size: 16}}\n"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from reports import results
-from reports.markdown import render
-from reports.pivot import strategy_pivot
+from parity.reports import results
+from parity.reports.markdown import render
+from parity.reports.pivot import strategy_pivot
 
 
 def result(run_id: str, strategy: str, layout: str, value: float, verdict: str = "PASS", **extra) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix import load_file
+from parity.harness.config.matrix import load_file
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "parity_examples" / "plain_engine.py"
 
@@ -31,7 +31,7 @@ def scenario_yaml(engine: str) -> str:
 
 
 def test_example_engine_passes_by_import_path(runner, write_yaml):
-    scenario = load_file(write_yaml(scenario_yaml("parity_examples.plain_engine:PlainHFEngine")))[0]
+    scenario = load_file(write_yaml(scenario_yaml("parity.examples.plain_engine:PlainHFEngine")))[0]
     verdict = runner.run_scenario(scenario)
     assert verdict.status == "PASS", verdict.reasons
     assert verdict.metrics["applied_kwargs"] == {"engine_kwargs": {"loss_scale": 1.0}}

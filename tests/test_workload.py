@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.losses import logprobs_and_entropy, masked_loss_sum
-from harness.schema import Workload
-from harness.workload import build_batch, shift_masks
+from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
+from parity.harness.contract.schema import Workload
+from parity.harness.contract.workload import build_batch, shift_masks
 
 
 def test_batch_is_deterministic_and_padded_like_verl():

@@ -1,7 +1,7 @@
 """`megatron`: a Megatron-Core GPTModel trained by Megatron's own schedules, DDP and optimizer.
 
-`MegatronEngine` is imported lazily so that `engines.megatron.rules` (layout validation) stays free of torch and
-megatron imports; to warm a forkserver with Megatron, preload `engines.megatron.engine`.
+`MegatronEngine` is imported lazily so that `parity.engines.megatron.rules` (layout validation) stays free of torch and
+megatron imports; to warm a forkserver with Megatron, preload `parity.engines.megatron.model` (its spec does).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ __all__ = ["MegatronEngine"]
 
 def __getattr__(name: str) -> Any:
     if name == "MegatronEngine":
-        from engines.megatron.engine import MegatronEngine
+        from parity.engines.megatron.engine import MegatronEngine
 
         return MegatronEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from harness.workload import Batch
+from parity.harness.contract.workload import Batch
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,16 +17,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engines.megatron.convert import ModelArch
-from harness.schema import Layout
+from parity.engines.megatron.convert import ModelArch
+from parity.engines.megatron.rules import expert_tensor_parallel
+from parity.engines.specs import MEGATRON
+from parity.harness.contract.engine import TORCH_DTYPES
+from parity.harness.contract.schema import Layout
 
-_LAYOUT = "set by the scenario layout, not by mcore_kwargs"
 _CHECKPOINT = "read from the checkpoint's config, not set by mcore_kwargs"
-#: mcore_kwargs keys this engine refuses, and why
+#: mcore_kwargs keys this engine refuses, and why (the layout-owned ones come from the engine's spec)
 RESERVED: dict[str, str] = {
-    **dict.fromkeys(("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                     "virtual_pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
-                     "expert_tensor_parallel_size", "sequence_parallel"), _LAYOUT),
+    **{key: f"set by the scenario's {where}, not by mcore_kwargs" for key, where in MEGATRON.layout_keys.items()},
     **dict.fromkeys(("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
                      "ffn_hidden_size", "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk", "add_qkv_bias",
                      "qk_layernorm", "normalization", "gated_linear_unit", "activation_func", "add_bias_linear",
@@ -112,14 +112,6 @@ def read_back(key: str, sources: Mapping[str, Any], schedule: Mapping[str, Any])
     raise KeyError(key)
 
 
-def expert_tensor_parallel(layout: Layout) -> int:
-    """Megatron's expert TP degree for a layout. With ep == 1 the experts are not expert-parallel, so Megatron
-    reduces their gradients with the dense parameters (over dp x cp only): that is right only when the experts
-    are split like the dense layers (ETP == TP, Megatron's own default). A layout's etp therefore applies with
-    ep > 1; with ep == 1 the experts follow tp (rules.py rejects an explicit, different etp)."""
-    return layout.etp if layout.ep > 1 else layout.tp
-
-
 def unsupported(hf_config: Any) -> list[str]:
     """What in an HF config this engine would silently get wrong: refused up front instead."""
     text = getattr(hf_config, "text_config", None) or hf_config
@@ -143,7 +135,7 @@ def transformer_kwargs(arch: ModelArch, hf_config: Any, layout: Layout, dtype: s
                        on_cpu: bool) -> dict[str, Any]:
     """TransformerConfig arguments that reproduce the HF model and the scenario's layout."""
     text = getattr(hf_config, "text_config", None) or hf_config
-    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype)
+    params_dtype = TORCH_DTYPES[dtype]
     kwargs: dict[str, Any] = {
         "num_layers": arch.num_layers, "hidden_size": arch.hidden_size, "num_attention_heads": arch.num_heads,
         "num_query_groups": arch.num_kv_heads, "kv_channels": arch.head_dim,
@@ -156,7 +148,7 @@ def transformer_kwargs(arch: ModelArch, hf_config: Any, layout: Layout, dtype: s
         "context_parallel_size": layout.cp, "sequence_parallel": layout.sequence_parallel,
         "expert_model_parallel_size": layout.ep,
         "expert_tensor_parallel_size": expert_tensor_parallel(layout),
-        "params_dtype": low or torch.float32, "pipeline_dtype": low or torch.float32,
+        "params_dtype": params_dtype, "pipeline_dtype": params_dtype,
         "bf16": dtype == "bf16", "fp16": dtype == "fp16",
         # perform_initialization stays on although the checkpoint overwrites every weight: Megatron sets the
         # `tensor_model_parallel` attributes (which the grad norm uses to skip TP duplicates) only while
@@ -170,7 +162,7 @@ def transformer_kwargs(arch: ModelArch, hf_config: Any, layout: Layout, dtype: s
     if arch.num_experts:
         kwargs.update(_moe_kwargs(arch, text))
     if on_cpu:
-        from engines.megatron.cpu_compat import config_overrides
+        from parity.engines.megatron.cpu_compat import config_overrides
 
         kwargs.update(config_overrides())
     return kwargs

@@ -25,7 +25,7 @@ def check_version() -> None:
 
     if package_info.__version__ != SUPPORTED_MCORE_VERSION:
         raise RuntimeError(
-            f"engines.megatron.cpu_compat patches private functions of megatron-core {SUPPORTED_MCORE_VERSION}; "
+            f"parity.engines.megatron.cpu_compat patches private functions of megatron-core {SUPPORTED_MCORE_VERSION}; "
             f"megatron-core {package_info.__version__} is installed. Install megatron-core=={SUPPORTED_MCORE_VERSION} "
             "for CPU runs (`pip install -e .[megatron]`), or run on cuda where no shim is needed.")
 

@@ -17,9 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engines.base import Engine, StepOutput, TokenOutputs
-from engines.megatron.batching import MicroBatch, assemble, micro_batches
-from engines.megatron.config import (
+from parity.engines.megatron.batching import MicroBatch, assemble, micro_batches
+from parity.engines.megatron.config import (
     SCHEDULE_DEFAULTS,
     RoutedKwargs,
     expert_tensor_parallel,
@@ -28,10 +27,11 @@ from engines.megatron.config import (
     transformer_kwargs,
     unsupported,
 )
-from engines.megatron.convert import ModelArch
-from engines.megatron.faults import apply_tp_allreduce_skip, stage_grad_factor
-from harness.losses import logprobs_and_entropy, masked_loss_sum
-from harness.workload import Batch
+from parity.engines.megatron.convert import ModelArch
+from parity.engines.megatron.faults import apply_tp_allreduce_skip, stage_grad_factor
+from parity.harness.contract.engine import Engine, StepOutput, TokenOutputs
+from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
+from parity.harness.contract.workload import Batch
 
 #: Megatron pads the vocabulary to a multiple of this times TP (its `make_vocab_size_divisible_by` default)
 VOCAB_DIVISOR = 128
@@ -63,7 +63,7 @@ class MegatronEngine(Engine):
     def use_transformer_engine(self) -> bool:
         """TE spec where TE imports, off CPU, and without CP: this workload's left-padded rows need an arbitrary
         mask, which TE's context-parallel attention does not take."""
-        from engines.megatron.model import have_transformer_engine
+        from parity.engines.megatron.model import have_transformer_engine
 
         return not self.on_cpu and self.ctx.scenario.layout.cp == 1 and have_transformer_engine()
 
@@ -71,7 +71,7 @@ class MegatronEngine(Engine):
         """Core attention for CP > 1 on the local spec (a subclass whose framework patches CP in returns None)."""
         if self.ctx.scenario.layout.cp == 1:
             return None
-        from engines.megatron.cp_attention import CPGatherAttention
+        from parity.engines.megatron.cp_attention import CPGatherAttention
 
         return CPGatherAttention
 
@@ -80,8 +80,8 @@ class MegatronEngine(Engine):
         import transformers
         from megatron.core import parallel_state, tensor_parallel
 
-        from engines.megatron.cpu_compat import CpuCompat
-        from harness.models import get_rope_theta
+        from parity.engines.megatron.cpu_compat import CpuCompat
+        from parity.harness.contract.hf_config import get_rope_theta
 
         ctx, layout = self.ctx, self.ctx.scenario.layout
         if layout.ulysses > 1:
@@ -122,8 +122,8 @@ class MegatronEngine(Engine):
         from megatron.core.transformer.module import Float16Module
         from megatron.core.transformer.transformer_config import TransformerConfig
 
-        from engines.megatron.hf_weights import SafetensorsCheckpoint
-        from engines.megatron.model import build_chunks, current_shard, load_hf_weights, load_main_params
+        from parity.engines.megatron.hf_weights import SafetensorsCheckpoint
+        from parity.engines.megatron.model import build_chunks, current_shard, load_hf_weights, load_main_params
 
         ctx, workload = self.ctx, self.ctx.scenario.workload
         self.config = TransformerConfig(**self.transformer_config_kwargs())

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from harness.faults import FaultPlan
+from parity.harness.contract.faults import FaultPlan
 
 
 def skip_row_parallel_reduce(linear: Any) -> None:

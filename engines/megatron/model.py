@@ -13,7 +13,7 @@ from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from engines.megatron.convert import ModelArch, Shard, hf_to_mcore, te_name
+from parity.engines.megatron.convert import ModelArch, Shard, hf_to_mcore, te_name
 
 
 def have_transformer_engine() -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from harness.schema import Tolerance
+from parity.harness.contract.schema import Tolerance
 
 
 @dataclass(frozen=True, slots=True)

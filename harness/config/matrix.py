@@ -14,10 +14,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from harness.errors import ScenarioError, did_you_mean
-from harness.names import RENAMED_KEYS, RENAMED_STRATEGIES, STRATEGIES
-from harness.schema import Scenario
-from harness.verl_config import translate
+from parity.harness.config.errors import ScenarioError, did_you_mean
+from parity.harness.config.registry import ALIASES, RETIRED, SPECS
+from parity.harness.config.renames import RENAMED_KEYS
+from parity.harness.config.verl_config import translate
+from parity.harness.contract.schema import Scenario
 
 AXES = ("model", "strategy", "engine", "layout", "dtype", "device", "reference", "baseline")
 TOP_LEVEL_KEYS = ("defaults", "matrix", "description")
@@ -104,12 +105,15 @@ def parse_scenario(raw: dict[str, Any], *, file: str, label: str) -> Scenario:
                                     key=prefix + old, **where)
     raw = translate(raw, where)
     strategy = raw.get("strategy")
-    if isinstance(strategy, str) and strategy not in STRATEGIES:
-        if strategy in RENAMED_STRATEGIES:
-            raise ScenarioError(f"strategy '{strategy}' is now '{RENAMED_STRATEGIES[strategy]}' (renamed in verl); "
-                                f"run `parity migrate {file}`", key="strategy", **where)
-        raise ScenarioError(f"unknown strategy '{strategy}'{did_you_mean(strategy, STRATEGIES)}; known: "
-                            f"{', '.join(STRATEGIES)} (or 'engine: package.module:Class')", key="strategy", **where)
+    if isinstance(strategy, str) and strategy in ALIASES:
+        raw = {**raw, "strategy": ALIASES[strategy]}
+    elif isinstance(strategy, str) and strategy not in SPECS:
+        if strategy in RETIRED:
+            new, why = RETIRED[strategy]
+            raise ScenarioError(f"strategy '{strategy}' is now '{new}' ({why}); run `parity migrate {file}`",
+                                key="strategy", **where)
+        raise ScenarioError(f"unknown strategy '{strategy}'{did_you_mean(strategy, SPECS)}; known: "
+                            f"{', '.join(SPECS)} (or 'engine: package.module:Class')", key="strategy", **where)
     try:
         scenario = Scenario.model_validate({**raw, "source": file})
     except ValidationError as exc:

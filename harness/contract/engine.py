@@ -1,4 +1,5 @@
 """The one small interface every engine implements (built-in or third-party, named by import path).
+Engines import this contract package and nothing else of the harness.
 
 The worker drives it: `setup()`; `forward(batch)` for log-probs; `train_step(batch, old_logprobs, step)` for
 each step; `forward(batch)` again. An engine shards the global batch itself according to its layout and
@@ -11,13 +12,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from harness.faults import FaultPlan
-from harness.schema import Scenario
-from harness.workload import Batch
+from parity.harness.contract.faults import FaultPlan
+from parity.harness.contract.schema import Scenario
+from parity.harness.contract.spec import EngineSpec
+from parity.harness.contract.workload import Batch
+
+#: scenario dtype name -> torch dtype
+TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +41,7 @@ class EngineContext:
 
     @property
     def dtype(self) -> torch.dtype:
-        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.scenario.dtype]
+        return TORCH_DTYPES[self.scenario.dtype]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +64,10 @@ class StepOutput:
 
 class Engine(ABC):
     """A training backend under test."""
+
+    spec: ClassVar[EngineSpec | None] = None
+    """Optional for third-party engines: what the harness may assume before running it (layout dimensions,
+    kwargs blocks, devices, packages). Built-in engines' specs live in parity.engines.specs."""
 
     def __init__(self, ctx: EngineContext) -> None:
         self.ctx = ctx

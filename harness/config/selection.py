@@ -6,10 +6,10 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness.errors import ScenarioError
-from harness.matrix import load_files
-from harness.schema import Scenario
-from harness.validate import check_environment, check_scenario, skip_reason
+from parity.harness.config.errors import ScenarioError
+from parity.harness.config.matrix import load_files
+from parity.harness.config.validate import check_environment, check_scenario, skip_reason
+from parity.harness.contract.schema import Scenario
 
 DEFAULT_FILES = (Path("scenarios/cpu.yaml"),)
 _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")

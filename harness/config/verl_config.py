@@ -10,19 +10,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from harness.errors import ScenarioError, did_you_mean
+from parity.harness.config.errors import ScenarioError, did_you_mean
+from parity.harness.config.registry import SPECS, canonical
 
-#: verl name -> harness layout field
-LAYOUT_FIELDS = {
-    "tensor_model_parallel_size": "tp",
-    "pipeline_model_parallel_size": "pp",
-    "virtual_pipeline_model_parallel_size": "vpp",
-    "context_parallel_size": "cp",
-    "expert_model_parallel_size": "ep",
-    "expert_tensor_parallel_size": "etp",
-    "ulysses_sequence_parallel_size": "ulysses",
-    "sequence_parallel": "sequence_parallel",
-}
+#: verl name -> harness layout field: McoreEngineConfig's parallel sizes are Megatron's own names (the megatron
+#: spec's layout_keys), plus FSDPEngineConfig's Ulysses degree
+LAYOUT_FIELDS = {**{name: where.removeprefix("layout.") for name, where in SPECS["megatron"].layout_keys.items()},
+                 "ulysses_sequence_parallel_size": "ulysses"}
 #: verl name -> (harness kwargs block, key)
 KWARG_FIELDS = {"use_distributed_optimizer": ("mcore_kwargs", "use_distributed_optimizer"),
                 "reshard_after_forward": ("fsdp_kwargs", "reshard_after_forward")}
@@ -31,8 +25,6 @@ OTHER_FIELDS = ("strategy", "fsdp_size", "mcore_kwargs", "fsdp_kwargs", "dtype",
 KNOWN = (*LAYOUT_FIELDS, *KWARG_FIELDS, *OTHER_FIELDS)
 #: verl dtype spellings -> harness dtype
 DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "float32": "fp32", "fp32": "fp32"}
-#: verl's FSDP backends run as the harness's fsdp2 engine
-STRATEGY_ALIASES = {"fsdp": "fsdp2"}
 
 
 def translate(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:
@@ -50,7 +42,7 @@ def translate(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:
             raise ScenarioError(f"unknown verl engine field{did_you_mean(key, KNOWN)}", key=f"verl.{key}", **where)
     out = {k: v for k, v in raw.items() if k != "verl"}
     strategy = block.get("strategy", "fsdp2")
-    out["strategy"] = STRATEGY_ALIASES.get(strategy, strategy)
+    out["strategy"] = canonical(strategy)
     layout = {LAYOUT_FIELDS[k]: v for k, v in block.items() if k in LAYOUT_FIELDS and v is not None}
     if layout.get("sequence_parallel") and layout.get("tp", 1) == 1:
         print(f"parity: warning: {where['file']}, scenario {where['scenario']}: sequence_parallel forced off "

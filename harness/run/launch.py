@@ -1,6 +1,6 @@
 """Launch the ranks of one run, bounded by a timeout, and report how it ended.
 
-Two launchers, one rank body (`harness.worker.run_rank`):
+Two launchers, one rank body (`parity.harness.run.worker.run_rank`):
 - `ForkedLauncher` (default on one node): ranks are forked from a forkserver that imported torch,
   transformers (and megatron.core) ONCE, so a scenario costs a fork, not a 5-10 s interpreter start. The
   rendezvous is a TCPStore the parent binds on port 0: no fixed port, no race.
@@ -25,8 +25,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from harness.schema import Layout
-from harness.worker import RunJob, exit_after, failure_marker, run_rank
+from parity.harness.contract.schema import Layout
+from parity.harness.run.worker import RunJob, exit_after, failure_marker, run_rank
 
 LaunchStatus = Literal["ok", "error", "timeout"]
 POLL_S = 0.02
@@ -126,7 +126,7 @@ def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: 
 class ForkedLauncher:
     """Ranks forked from one warm forkserver per harness process."""
 
-    def __init__(self, preload: Sequence[str] = ("torch", "harness.preload")) -> None:
+    def __init__(self, preload: Sequence[str] = ("torch", "parity.harness.run.worker")) -> None:
         # ranks leave through os._exit, so the resource tracker would warn about semaphores it still tracks
         os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
         self._mp = multiprocessing.get_context("forkserver")
@@ -170,7 +170,7 @@ def torchrun_commands(layout: Layout, job_file: Path, master_addr: str, port: in
             python, "-m", "torch.distributed.run", f"--nnodes={layout.nodes}", f"--node-rank={node}",
             f"--nproc-per-node={layout.ranks_per_node}", "--rdzv-backend=static",
             f"--rdzv-endpoint={master_addr}:{port}", f"--rdzv-id={run_id}", "--max-restarts=0",
-            "-m", "harness.worker", "--job", str(job_file)])
+            "-m", "parity.harness.run.worker", "--job", str(job_file)])
     return commands
 
 

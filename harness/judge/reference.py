@@ -10,8 +10,8 @@ import hashlib
 import importlib.metadata as md
 from pathlib import Path
 
-from harness.models import expand_model_path, model_identity
-from harness.schema import Layout, Scenario
+from parity.harness.config.models import expand_model_path, model_identity
+from parity.harness.contract.schema import Layout, Scenario
 
 
 def reference_scenario(scenario: Scenario) -> Scenario | None:

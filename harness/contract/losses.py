@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.schema import Workload
+from parity.harness.contract.schema import Workload
 
 
 def logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ScenarioError
-from harness.names import RENAMED_KEYS, RENAMED_STRATEGIES
+from parity.harness.config.errors import ScenarioError
+from parity.harness.config.registry import RETIRED
+from parity.harness.config.renames import RENAMED_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +27,7 @@ def migrate_tree(node: Any, path: str = "") -> list[Change]:
     changes: list[Change] = []
     if isinstance(node, dict):
         for key in list(node.keys()):
-            if key in RENAMED_KEYS and RENAMED_KEYS[key][0] is not None:
+            if key in RENAMED_KEYS:
                 new_key = RENAMED_KEYS[key][0]
                 if new_key in node:
                     raise ScenarioError(f"both '{key}' and '{new_key}' are given; merge them by hand",
@@ -47,14 +48,14 @@ def migrate_tree(node: Any, path: str = "") -> list[Change]:
 
 
 def _rename_strategy(node: Any, key: str, value: Any, path: str) -> list[Change]:
-    if isinstance(value, str) and value in RENAMED_STRATEGIES:
-        node[key] = RENAMED_STRATEGIES[value]
+    if isinstance(value, str) and value in RETIRED:
+        node[key] = RETIRED[value][0]
         return [Change(path, value, node[key])]
     if isinstance(value, list):
         changes = []
         for index, item in enumerate(value):
-            if isinstance(item, str) and item in RENAMED_STRATEGIES:
-                value[index] = RENAMED_STRATEGIES[item]
+            if isinstance(item, str) and item in RETIRED:
+                value[index] = RETIRED[item][0]
                 changes.append(Change(f"{path}[{index}]", item, value[index]))
         return changes
     return []

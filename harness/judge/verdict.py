@@ -10,10 +10,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from harness.compare import SeriesDiff, error_ratio, series_rel_diff, token_diff
-from harness.records import RunRecord
-from harness.schema import Scenario
-from harness.tolerances import RATIO_FLOOR_ABS, RATIO_FLOOR_REL, Limits, limits_for
+from parity.harness.contract.schema import Scenario
+from parity.harness.judge.compare import SeriesDiff, error_ratio, series_rel_diff, token_diff
+from parity.harness.judge.tolerances import RATIO_FLOOR_ABS, RATIO_FLOOR_REL, Limits, limits_for
+from parity.harness.run.records import RunRecord
 
 Status = Literal["PASS", "FAIL", "ERROR", "SKIP"]
 PHASES = {"logprobs_before": "log-prob before training", "logprobs_after": "log-prob after the last step",

@@ -1,5 +1,6 @@
 """One rank of one run: set up the device and process group, drive the engine through the workload, and
-(on rank 0) write the RunRecord. Used by both launchers: forked ranks and torchrun (`python -m harness.worker`).
+(on rank 0) write the RunRecord. Used by both launchers: forked ranks and torchrun
+(`python -m parity.harness.run.worker`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.faults import FaultPlan
-from harness.schema import Scenario
+from parity.harness.contract.faults import FaultPlan
+from parity.harness.contract.schema import Scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +46,12 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
     import torch
     import torch.distributed as dist
 
-    from engines.base import EngineContext
-    from engines.registry import load_engine_class
-    from harness import devices
-    from harness.models import ensure_checkpoint, model_shape
-    from harness.records import RunRecord, StepRecord
-    from harness.workload import build_batch, shift_masks
+    from parity.harness.config import devices
+    from parity.harness.config.models import ensure_checkpoint, model_shape
+    from parity.harness.config.registry import load_engine_class
+    from parity.harness.contract.engine import EngineContext
+    from parity.harness.contract.workload import build_batch, shift_masks
+    from parity.harness.run.records import RunRecord, StepRecord
 
     scenario = Scenario.model_validate(job.scenario)
     if scenario.device == "cpu":
@@ -122,7 +123,7 @@ def _rank_provenance(device: str) -> dict[str, Any]:
             continue
     name = socket.gethostname()
     if device != "cpu":
-        from harness.devices import device_module
+        from parity.harness.config.devices import device_module
 
         name = device_module(device).get_device_name()
     return {"versions": versions, "device_name": name, "host": socket.gethostname()}

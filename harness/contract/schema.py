@@ -2,7 +2,7 @@
 
 Parsed with pydantic (`extra="forbid"`) so that a typo is an error, never a silently ignored key.
 Cross-field rules that need no model config live here; rules that need the model's shape live in
-`harness.validate`.
+`parity.harness.config.validate`.
 """
 
 from __future__ import annotations
@@ -151,8 +151,8 @@ class Tolerance(_Strict):
 
 
 FaultKind = Literal["grad_scale", "rank_loss_scale", "rope_theta_int", "mask_shift", "local_token_norm",
-                    "tp_allreduce_skip", "pp_stage_grad_scale", "qkv_interleave", "crash", "hang",
-                    "drop_kwarg"]
+                    "tp_allreduce_skip", "pp_stage_grad_scale", "qkv_interleave", "tp_grad_reduce_skip",
+                    "crash", "hang", "drop_kwarg"]
 
 
 class Fault(_Strict):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from harness.schema import Workload
+from parity.harness.contract.schema import Workload
 
 
 @dataclass(frozen=True, slots=True)

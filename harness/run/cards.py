@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from harness.devices import DEVICE_KINDS
+from parity.harness.config.devices import DEVICE_KINDS
 
 DEFAULT_LOCK_DIR = Path(os.environ.get("PARITY_CARD_LOCK_DIR", "/tmp/parity-cards"))
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parity.harness.contract.hf_config import set_rope_theta
+
 _COMMON: dict[str, Any] = {
     "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
@@ -122,20 +124,3 @@ def _build_tiny(name: str, target: Path) -> None:
     model.save_pretrained(tmp, safe_serialization=True)
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
-
-
-def get_rope_theta(config: Any) -> float:
-    """rope_theta as a float for transformers 4 (`config.rope_theta`) and 5 (`config.rope_parameters`)."""
-    params = getattr(config, "rope_parameters", None)
-    if isinstance(params, dict) and "rope_theta" in params:
-        return float(params["rope_theta"])
-    return float(config.rope_theta)
-
-
-def set_rope_theta(config: Any, value: float) -> None:
-    """Write rope_theta where this transformers version reads it."""
-    params = getattr(config, "rope_parameters", None)
-    if isinstance(params, dict):
-        params["rope_theta"] = float(value)
-    if hasattr(config, "rope_theta") or not isinstance(params, dict):
-        config.rope_theta = float(value)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.schema import Fault, FaultKind
+from parity.harness.contract.schema import Fault, FaultKind
 
 
 class InjectedCrash(RuntimeError):
@@ -62,7 +62,7 @@ class FaultPlan:
     def patch_hf_config(self, config: Any) -> None:
         """rope_theta_int: rope_theta truncated to an integer, as `int(config.rope_theta)` would."""
         if self.active("rope_theta_int"):
-            from harness.models import get_rope_theta, set_rope_theta
+            from parity.harness.contract.hf_config import get_rope_theta, set_rope_theta
 
             set_rope_theta(config, int(get_rope_theta(config)))
 

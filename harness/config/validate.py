@@ -1,47 +1,24 @@
 """Checks before anything launches.
 
-Static checks (`check_scenario`) need only the scenario and the model's shape: a layout the model or the
-engine cannot take is bad input (exit 2). Environment checks (`skip_reason`, `check_environment`) decide
-whether a valid scenario can run on THIS machine: a missing device or package is a SKIP with a reason,
+Static checks (`check_scenario`) need only the scenario, its engine's spec and the model's shape: a layout the
+model or the engine cannot take is bad input (exit 2). Environment checks (`skip_reason`, `check_environment`)
+decide whether a valid scenario can run on THIS machine: a missing device or package is a SKIP with a reason,
 while a missing model path or too few cards for a scenario that would otherwise run is bad input.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import devices
-from harness.errors import ScenarioError
-from harness.models import ModelShape, expand_model_path, is_tiny, model_shape
-from harness.schema import Scenario
-
-#: what each built-in strategy implements of the layout
-SUPPORTED_DIMS: dict[str, set[str]] = {
-    "hf": set(),
-    "fsdp2": {"dp", "ulysses"},
-    "megatron": {"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel"},
-    "mindspeed_megatron": {"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel"},
-    "mindspeed_fsdp": {"dp", "tp", "ep", "ulysses"},  # its FSDP engine has no context-parallel attention
-}
-
-#: strategy -> "module:function(scenario, shape) -> list[(key, message)]" with engine-specific rules
-ENGINE_RULES: dict[str, str] = {
-    "megatron": "engines.megatron.rules:megatron_layout_errors",
-    "mindspeed_megatron": "engines.megatron.rules:megatron_layout_errors",
-}
-
-#: strategy -> (importable module, what to tell the user when it is missing)
-REQUIRED_PACKAGES: dict[str, list[tuple[str, str]]] = {
-    "megatron": [("megatron.core", "megatron-core is not installed (pip install -e '.[megatron]')")],
-    "mindspeed_megatron": [("megatron.core", "megatron-core is not installed"),
-                           ("mindspeed", "the mindspeed package is not installed (it ships only in Ascend images)")],
-    "mindspeed_fsdp": [("mindspeed", "the mindspeed package is not installed (it ships only in Ascend images)")],
-}
+from parity.harness.config import devices
+from parity.harness.config.errors import ScenarioError
+from parity.harness.config.models import ModelShape, expand_model_path, is_tiny, model_shape
+from parity.harness.config.registry import check_environment as check_spec_environment
+from parity.harness.config.registry import engine_import_problem, spec_for
+from parity.harness.contract.schema import Scenario
+from parity.harness.contract.spec import KWARGS_BLOCKS, LAYOUT_DIMS, EngineSpec
 
 
 def check_scenario(scenario: Scenario) -> None:
@@ -54,48 +31,45 @@ def check_scenario(scenario: Scenario) -> None:
 
 def layout_errors(scenario: Scenario) -> list[tuple[str, str]]:
     lay, wl = scenario.layout, scenario.workload
-    errors: list[tuple[str, str]] = []
     if scenario.engine and (problem := engine_import_problem(scenario.engine)):
-        errors.append(("engine", problem))
-    if scenario.strategy in SUPPORTED_DIMS:
-        used = {d for d in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "ulysses") if getattr(lay, d) > 1}
-        used |= {"sequence_parallel"} if lay.sequence_parallel else set()
-        for dim in sorted(used - SUPPORTED_DIMS[scenario.strategy]):
-            errors.append((f"layout.{dim}", f"strategy '{scenario.strategy}' does not implement {dim}; supported: "
-                           f"{', '.join(sorted(SUPPORTED_DIMS[scenario.strategy])) or 'none (one rank)'}"))
-    if scenario.strategy in ("mindspeed_megatron", "mindspeed_fsdp") and scenario.dtype == "fp32":
-        errors.append(("dtype", f"{scenario.strategy} trains in bf16 or fp16 (as verl enforces for MindSpeed)"))
+        return [("engine", problem)]
+    spec = spec_for(scenario)
+    errors = spec_errors(scenario, spec)
     if wl.batch_size % lay.dp:
         errors.append(("workload.batch_size", f"batch_size({wl.batch_size}) is not divisible by dp({lay.dp})"))
     if wl.seq_len % lay.ulysses:
         errors.append(("workload", f"sequence length {wl.seq_len} (prompt_len + response_len) is not divisible "
                                    f"by ulysses({lay.ulysses})"))
     if lay.cp > 1 and wl.seq_len % (2 * lay.cp):
-        errors.append(("workload", f"sequence length {wl.seq_len} is not divisible by 2*cp({2 * lay.cp}) "
+        errors.append(("layout.cp", f"sequence length {wl.seq_len} is not divisible by 2*cp({2 * lay.cp}) "
                                    "(load-balanced context parallel splits it into 2*cp chunks)"))
-    if lay.sequence_parallel and wl.seq_len % lay.tp:
-        errors.append(("workload", f"sequence length {wl.seq_len} is not divisible by tp({lay.tp}) "
-                                   "(sequence parallel)"))
+    if lay.sequence_parallel and (wl.seq_len // lay.cp) % lay.tp:
+        errors.append(("workload", f"sequence parallel splits each rank's {wl.seq_len // lay.cp} tokens over "
+                                   f"tp({lay.tp}): they must divide evenly"))
     shape = model_shape(scenario.model)
     if shape is not None:
         errors += _shape_errors(scenario, shape)
-        rules = ENGINE_RULES.get(scenario.strategy or "")
-        if rules and importlib.util.find_spec(rules.split(":")[0].rsplit(".", 1)[0]) is not None:
-            errors += _load(rules)(scenario, shape)
+        if spec.rules:
+            errors += _load(spec.rules)(scenario, shape)
     return errors
 
 
-def engine_import_problem(path: str) -> str | None:
-    """Why a third-party engine's module cannot be found (ranks search the working directory too)."""
-    module = path.partition(":")[0]
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        found = False
-    return None if found else (f"engine module '{module}' is not importable: install its package or run from "
-                               "the directory that holds it")
+def spec_errors(scenario: Scenario, spec: EngineSpec) -> list[tuple[str, str]]:
+    """What the engine's spec says it cannot take: layout dimensions, kwargs blocks, dtype."""
+    lay = scenario.layout
+    errors: list[tuple[str, str]] = []
+    used = {d for d in LAYOUT_DIMS if d != "sequence_parallel" and getattr(lay, d) > 1}
+    used |= {"sequence_parallel"} if lay.sequence_parallel else set()
+    for dim in sorted(used - spec.dims):
+        errors.append((f"layout.{dim}", f"engine '{spec.name}' does not implement {dim}; supported: "
+                                        f"{', '.join(sorted(spec.dims)) or 'none (one rank)'}"))
+    for block in KWARGS_BLOCKS:
+        if getattr(scenario, block) and block not in spec.kwargs_blocks:
+            errors.append((block, f"engine '{spec.name}' does not read {block}; it reads "
+                                  f"{', '.join(spec.kwargs_blocks) or 'no kwargs block'}"))
+    if scenario.dtype not in spec.dtypes:
+        errors.append(("dtype", f"engine '{spec.name}' trains in {', '.join(spec.dtypes)}, not {scenario.dtype}"))
+    return errors
 
 
 def _shape_errors(scenario: Scenario, shape: ModelShape) -> list[tuple[str, str]]:
@@ -110,8 +84,8 @@ def _shape_errors(scenario: Scenario, shape: ModelShape) -> list[tuple[str, str]
         errors.append(("layout.ulysses", f"tp({lay.tp}) * ulysses({lay.ulysses}) must divide the KV heads "
                                          f"({shape.num_kv_heads}) of {scenario.model}"))
     if shape.num_layers % (lay.pp * lay.vpp):
-        errors.append(("layout.pp", f"{scenario.model} has {shape.num_layers} layers, not divisible by "
-                                    f"pp({lay.pp}) * vpp({lay.vpp})"))
+        errors.append(("layout.vpp" if lay.vpp > 1 else "layout.pp", f"{scenario.model} has {shape.num_layers} "
+                       f"layers, not divisible by pp({lay.pp}) * vpp({lay.vpp})"))
     if lay.ep > 1 and (shape.num_experts == 0 or shape.num_experts % lay.ep):
         errors.append(("layout.ep", f"ep({lay.ep}) must divide the number of experts ({shape.num_experts}) "
                                     f"of {scenario.model}"))
@@ -132,13 +106,21 @@ def skip_reason(scenario: Scenario) -> str | None:
     _, why = devices.availability(scenario.device)
     if why:
         missing.append(f"device {scenario.device}: {why}")
-    for module, message in REQUIRED_PACKAGES.get(scenario.strategy or "", []):
-        if importlib.util.find_spec(module.split(".")[0]) is None or (
-                "." in module and importlib.util.find_spec(module) is None):
-            missing.append(message)
+    spec = spec_for(scenario)
+    if scenario.device not in spec.devices and not _emulated(spec, scenario):
+        missing.append(f"engine '{spec.name}' runs on {', '.join(spec.devices)}, not {scenario.device}")
+    missing += spec.missing()
+    if not missing and (problem := check_spec_environment(spec)):
+        missing.append(problem)
     if missing and (problem := model_path_problem(scenario.model)):
         missing.append(problem)
     return "; ".join(missing) or None
+
+
+def _emulated(spec: EngineSpec, scenario: Scenario) -> bool:
+    """An NPU-only engine may run with device cpu under the emulated torch_npu (tests/emulated_npu), never
+    elsewhere."""
+    return scenario.device == "cpu" and "npu" in spec.devices and devices.npu_emulated()
 
 
 def model_path_problem(model: str) -> str | None:

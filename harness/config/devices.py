@@ -59,6 +59,19 @@ def availability(device: str) -> tuple[int, str | None]:
     return 0, f"unknown device '{device}'"
 
 
+def npu_emulated() -> bool:
+    """True when the torch_npu on the path is the emulated one (tests/emulated_npu/site: plain-torch reference
+    ops on CPU, `EMULATED = True`), so NPU-only engines may run on cpu. Importing it is safe: it is torch only."""
+    spec = importlib.util.find_spec("torch_npu")
+    if spec is None or not spec.origin:
+        return False
+    try:
+        head = open(spec.origin).read(4096)  # noqa: SIM115 - a short read; never import the real torch_npu here
+    except OSError:
+        return False
+    return "EMULATED = True" in head
+
+
 def device_module(device: str) -> Any:
     """torch.cuda / torch.npu (after importing torch_npu); None for cpu."""
     import torch

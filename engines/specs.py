@@ -1,0 +1,79 @@
+"""The built-in engines' specs (parity.harness.contract.spec.EngineSpec): torch-free facts the harness reads
+before it runs anything. Adding a built-in engine = its module + one spec here (+ scenarios and docs)."""
+
+from __future__ import annotations
+
+from parity.harness.contract.spec import EngineSpec, Requirement
+
+#: Megatron settings the scenario's layout owns: kwarg name -> the layout field that sets it. verl's McoreEngineConfig
+#: uses the same names, so `verl:` blocks translate through this table too.
+MEGATRON_LAYOUT_KEYS: dict[str, str] = {
+    "tensor_model_parallel_size": "layout.tp",
+    "pipeline_model_parallel_size": "layout.pp",
+    "virtual_pipeline_model_parallel_size": "layout.vpp",
+    "context_parallel_size": "layout.cp",
+    "expert_model_parallel_size": "layout.ep",
+    "expert_tensor_parallel_size": "layout.etp",
+    "sequence_parallel": "layout.sequence_parallel",
+}
+MEGATRON_DIMS = frozenset({"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel"})
+
+MEGATRON_CORE = Requirement(
+    module="megatron.core", distribution="megatron-core", versions=">=0.16.1,<0.17",
+    why="megatron-core is not installed (pip install -e '.[megatron]')")
+TORCH_NPU = Requirement(module="torch_npu", why="needs torch_npu (the Ascend PyTorch adapter; installed only in "
+                                                "Ascend images with CANN)")
+MINDSPEED = Requirement(module="mindspeed", why="needs the mindspeed package (installed only in Ascend images; "
+                                                "for the emulated lane point PARITY_MINDSPEED_SRC at a source tree)")
+
+HF = EngineSpec(
+    name="hf", engine="parity.engines.hf:HFEngine",
+    summary="transformers model in one process; the reference engine",
+    kwargs_blocks=("engine_kwargs",), preload=("transformers", "parity.engines.hf"))
+
+FSDP2 = EngineSpec(
+    name="fsdp2", engine="parity.engines.fsdp2:FSDP2Engine", aliases=("fsdp",),
+    summary="transformers model under torch FSDP2 fully_shard, with Ulysses sequence parallel or 2-D FSDP x TP",
+    dims=frozenset({"dp", "ulysses", "tp"}), kwargs_blocks=("fsdp_kwargs",),
+    rules="parity.engines.specs:fsdp2_layout_errors",
+    preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2"))
+
+MEGATRON = EngineSpec(
+    name="megatron", engine="parity.engines.megatron:MegatronEngine",
+    summary="Megatron-Core GPTModel with its own schedules, DDP and optimizer",
+    dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",), layout_keys=MEGATRON_LAYOUT_KEYS,
+    rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,),
+    preload=("transformers", "megatron.core", "parity.engines.megatron.model"))
+
+MINDSPEED_MEGATRON = EngineSpec(
+    name="mindspeed_megatron", engine="parity.engines.mindspeed_megatron:MindSpeedMegatronEngine",
+    summary="the Megatron engine with Ascend MindSpeed's adaptor re-patched for the layout",
+    retired={"mindspeed_llm": "verl renamed the MindSpeed-LLM strategy"},
+    dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",),
+    layout_keys={**MEGATRON_LAYOUT_KEYS, "seq_length": "workload.prompt_len + workload.response_len"},
+    rules="parity.engines.megatron.rules:megatron_layout_errors",
+    requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",
+                                                why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),
+              MEGATRON_CORE),
+    devices=("npu",), preload=("transformers",), preload_excludes=("megatron", "mindspeed"))
+
+MINDSPEED_FSDP = EngineSpec(
+    name="mindspeed_fsdp", engine="parity.engines.mindspeed_fsdp:MindSpeedFSDPEngine",
+    summary="MindSpeed's FSDP parallel engine (mindspeed.fsdp) over a transformers model",
+    retired={"mindspeed_mm": "MindSpeed-MM's FSDP path is MindSpeed's FSDP engine"},
+    dims=frozenset({"dp", "tp", "ep", "ulysses"}), kwargs_blocks=("fsdp_kwargs",),
+    requires=(TORCH_NPU, MINDSPEED, Requirement(
+        module="mindspeed.fsdp.mindspeed_parallel_engine",
+        why="needs a mindspeed with the mindspeed.fsdp package (MindSpeed's FSDP parallel engine; branch master "
+            "or 26.1.0_core_r0.12.1)")),
+    devices=("npu",), preload=("transformers",), preload_excludes=("mindspeed",))
+
+def fsdp2_layout_errors(scenario: object, shape: object) -> list[tuple[str, str]]:
+    """fsdp2 splits the inner mesh dimension one way: the sequence (Ulysses) or the heads (TP), not both."""
+    layout = scenario.layout  # type: ignore[attr-defined]
+    if layout.tp > 1 and layout.ulysses > 1:
+        return [("layout.tp", f"fsdp2 takes ulysses({layout.ulysses}) or tp({layout.tp}), not both")]
+    return []
+
+
+BUILTIN: tuple[EngineSpec, ...] = (HF, FSDP2, MEGATRON, MINDSPEED_MEGATRON, MINDSPEED_FSDP)

@@ -1,0 +1,79 @@
+"""Tensor parallelism for transformers decoders with torch DTensor `parallelize_module`, as torchtitan does it,
+plus the gradient bookkeeping TP leaves to its caller.
+
+Plan per decoder layer (Llama / Qwen2 / Qwen3 / Qwen3-MoE / Mixtral):
+- attention: q_proj, k_proj, v_proj `ColwiseParallel` (heads split; Qwen2's q/k/v biases split with them),
+  o_proj `RowwiseParallel` (partial outputs all-reduced);
+- dense MLP: gate_proj, up_proj `ColwiseParallel`, down_proj `RowwiseParallel`;
+- everything else is REPLICATED on every TP rank: embeddings, lm_head, the layer norms, Qwen3's q_norm / k_norm,
+  and a MoE block whole (router `gate` and the fused `experts`).
+
+Gradients of replicated parameters:
+- most see the same full input on every TP rank: ColwiseParallel's backward all-reduces the gradient of its
+  replicated input, so the residual stream, the norms before it, the embeddings, lm_head, router and experts get
+  identical, complete gradients on every TP rank — nothing to reduce;
+- Qwen3's q_norm / k_norm are applied per head AFTER the column split: each TP rank sees only its own heads, so
+  its gradient is a partial sum. `reduce_partial_grads` sums them over the TP group (what torch's TP plan does
+  not do for a plain replicated module, and the bug class the `tp_grad_reduce_skip` fault plants).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+
+#: parameter-name suffixes that are replicated across TP but fed head-sharded activations (partial gradients)
+TP_PARTIAL_GRADS = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
+
+
+def parallelize_decoder(model: torch.nn.Module, tp_mesh: object) -> None:
+    """Apply the plan above to every decoder layer of a transformers causal LM, in place."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    for layer in model.model.layers:
+        plan: dict[str, object] = {f"self_attn.{p}": ColwiseParallel() for p in ("q_proj", "k_proj", "v_proj")}
+        plan["self_attn.o_proj"] = RowwiseParallel()
+        if hasattr(layer.mlp, "gate_proj"):  # dense MLP; a MoE block (router + fused experts) stays replicated
+            plan |= {"mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+                     "mlp.down_proj": RowwiseParallel()}
+        parallelize_module(layer, tp_mesh, plan)
+
+
+def partial_grad_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for name, p in model.named_parameters() if name.endswith(TP_PARTIAL_GRADS)]
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """The local shard of a DTensor (FSDP2 shards), or the tensor itself."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+@torch.no_grad()
+def reduce_partial_grads(params: Iterable[torch.nn.Parameter], group: dist.ProcessGroup) -> None:
+    """Sum the partial gradients of TP-replicated, head-sharded-input parameters over the TP group. Linear, so
+    it commutes with FSDP's reduce-scatter over dp: each TP rank's dp shard covers the same indices."""
+    for param in params:
+        if param.grad is not None:
+            dist.all_reduce(local(param.grad), group=group)
+
+
+@torch.no_grad()
+def clip_grad_norm(params: Iterable[torch.nn.Parameter], max_norm: float) -> float:
+    """Pre-clip global L2 norm over DTensors on different meshes (torch's clip_grad_norm_ cannot stack those),
+    then clip in place; returns the norm BEFORE clipping. Each DTensor's norm is reduced over its own mesh:
+    TP-sharded weights count once, replicated weights once (every TP rank holds the same copy)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total = 0.0
+    for grad in grads:
+        norm = torch.linalg.vector_norm(grad, 2.0, dtype=torch.float32)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        total += float(norm) ** 2
+    total_norm = math.sqrt(total)
+    coef = min(1.0, max_norm / (total_norm + 1e-6))
+    if coef < 1.0:
+        for grad in grads:
+            grad.mul_(coef)
+    return total_norm

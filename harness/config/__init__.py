@@ -1,0 +1,1 @@
+"""Scenario configuration: YAML files -> validated Scenarios, the engine-spec registry, models and devices."""

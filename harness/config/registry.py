@@ -1,0 +1,102 @@
+"""The registry of engine specs: strategy names and third-party import paths -> EngineSpec -> engine class.
+
+The ONLY way the orchestration reaches engines: it reads specs (torch-free) and imports an engine class lazily
+by the spec's import path, so an NPU engine's imports never run on a CPU box.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import sys
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from parity.engines.specs import BUILTIN
+from parity.harness.contract.schema import Scenario
+from parity.harness.contract.spec import EngineSpec, open_spec
+
+if TYPE_CHECKING:
+    from parity.harness.contract.engine import Engine
+
+SPECS: dict[str, EngineSpec] = {spec.name: spec for spec in BUILTIN}
+#: accepted other spellings -> strategy name
+ALIASES: dict[str, str] = {alias: spec.name for spec in BUILTIN for alias in spec.aliases}
+#: retired strategy names -> (new name, why)
+RETIRED: dict[str, tuple[str, str]] = {old: (spec.name, why) for spec in BUILTIN for old, why in spec.retired.items()}
+
+
+def canonical(strategy: str) -> str:
+    return ALIASES.get(strategy, strategy)
+
+
+def import_from_cwd() -> None:
+    """Third-party engines in the working tree are importable, as pytest's rootdir would make them."""
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+
+
+def engine_import_problem(path: str) -> str | None:
+    """Why a third-party engine's module cannot be found (ranks search the working directory too)."""
+    module = path.partition(":")[0]
+    import_from_cwd()
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        found = False
+    return None if found else (f"engine module '{module}' is not importable: install its package or run from "
+                               "the directory that holds it")
+
+
+def _import(path: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    import_from_cwd()
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@cache
+def third_party_spec(path: str) -> EngineSpec:
+    """The `spec` a third-party engine class declares (renamed to its import path), or an open one."""
+    label = path.rsplit(":", 1)[-1]
+    declared = getattr(_import(path), "spec", None)
+    if isinstance(declared, EngineSpec):
+        return dataclasses.replace(declared, name=label, engine=path, aliases=(), retired={})
+    return open_spec(label, path)
+
+
+def spec_for(scenario: Scenario) -> EngineSpec:
+    if scenario.engine is not None:
+        return third_party_spec(scenario.engine)
+    return SPECS[canonical(scenario.strategy or "")]
+
+
+def load_engine_class(scenario: Scenario) -> type[Engine]:
+    from parity.harness.contract.engine import Engine
+
+    spec = spec_for(scenario)
+    cls = _import(spec.engine)
+    if not (isinstance(cls, type) and issubclass(cls, Engine)):
+        raise TypeError(f"{spec.engine} is not a subclass of parity.harness.contract.engine.Engine")
+    return cls
+
+
+def check_environment(spec: EngineSpec) -> str | None:
+    """The spec's environment check (e.g. a MindSpeed <-> megatron-core pairing), run only when its
+    requirements are present."""
+    if spec.environment_check is None or spec.missing():
+        return None
+    return _import(spec.environment_check)()
+
+
+def preload_modules(specs: list[EngineSpec]) -> list[str]:
+    """Modules the forkserver imports once for these engines. A spec whose preload touches a module another
+    planned engine must import itself first (MindSpeed patches megatron before megatron is imported) is left
+    out whole; so is one whose requirements are missing here."""
+    excluded = {top for spec in specs for top in spec.preload_excludes}
+    modules: list[str] = []
+    for spec in specs:
+        if spec.missing() or any(m.split(".")[0] in excluded for m in spec.preload):
+            continue
+        modules += [m for m in spec.preload if m not in modules]
+    return modules

@@ -1,0 +1,135 @@
+"""EngineSpec: everything the harness needs to know about an engine BEFORE running it, stated once.
+
+A spec is small, declarative and torch-free, so that validation, `parity list --why`, `parity plan`, the
+forkserver preload and the kwargs check all read the same facts without importing an engine. Built-in specs live
+in `parity.engines.specs`; a third-party engine may carry one as its class attribute `spec` (optional).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+#: every layout dimension a Layout has (what `dims` may name)
+LAYOUT_DIMS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "ulysses", "sequence_parallel")
+KWARGS_BLOCKS = ("mcore_kwargs", "fsdp_kwargs", "engine_kwargs")
+DEVICES = ("cpu", "cuda", "npu")
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+def module_present(name: str) -> bool:
+    """Whether `name` (dotted) can be imported, found without importing it: importing torch_npu without CANN
+    breaks torch, and MindSpeed's adaptor patches torch on import."""
+    parts = name.split(".")
+    for depth in range(1, len(parts) + 1):
+        try:
+            if importlib.util.find_spec(".".join(parts[:depth])) is None:
+                return False
+        except (ModuleNotFoundError, ValueError):
+            return False
+    return True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Requirement:
+    """A package an engine needs: an importable module and, optionally, a distribution version range."""
+
+    module: str
+    """Dotted module that must be importable (e.g. 'megatron.core', 'mindspeed.fsdp')."""
+    why: str
+    """What to tell the user when it is missing (how to get it)."""
+    distribution: str | None = None
+    """pip distribution whose installed version must lie in `versions` (None: no version check)."""
+    versions: str = ""
+    """PEP 440 specifier set, e.g. '>=0.12.1,<0.17'."""
+
+    def __post_init__(self) -> None:
+        try:
+            SpecifierSet(self.versions)
+        except InvalidSpecifier as exc:
+            raise ValueError(f"requirement {self.module}: bad version range {self.versions!r}: {exc}") from None
+
+    def problem(self) -> str | None:
+        """Why this requirement is not met here (None: it is)."""
+        if not module_present(self.module):
+            return self.why
+        if self.distribution is None or not self.versions:
+            return None
+        try:
+            installed = md.version(self.distribution)
+        except md.PackageNotFoundError:
+            return None  # importable from a source tree (e.g. PYTHONPATH): nothing to compare
+        if installed not in SpecifierSet(self.versions, prereleases=True):
+            return f"{self.distribution} {installed} is installed; this engine supports {self.versions}"
+        return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EngineSpec:
+    """The facts about one engine. Every field has one home: here."""
+
+    name: str
+    """Strategy name scenarios use (`strategy: fsdp2`)."""
+    engine: str
+    """Import path of the Engine class, 'package.module:Class'."""
+    summary: str = ""
+    """One line for `parity list` / docs."""
+    aliases: tuple[str, ...] = ()
+    """Other names that mean this engine (e.g. verl's `fsdp` for `fsdp2`)."""
+    retired: Mapping[str, str] = field(default_factory=dict)
+    """Names this engine had before -> why it was renamed; rejected with the new spelling, rewritten by
+    `parity migrate`."""
+    dims: frozenset[str] = frozenset()
+    """Layout dimensions the engine implements (see LAYOUT_DIMS); a layout using another one is bad input."""
+    kwargs_blocks: tuple[str, ...] = ()
+    """Scenario kwargs blocks the engine reads; a block given to an engine that does not read it is bad input,
+    and each key of these blocks must come back from `applied_kwargs()`."""
+    layout_keys: Mapping[str, str] = field(default_factory=dict)
+    """Kwargs keys the scenario's layout / workload owns -> where to set them instead ('layout.tp'). The engine
+    never applies them, so the kwargs check fails a scenario that gives one."""
+    rules: str | None = None
+    """'module:function(scenario, shape) -> [(key, message)]': engine-specific layout rules, torch-free."""
+    requires: tuple[Requirement, ...] = ()
+    """Packages the engine needs; a missing one SKIPs its scenarios with the reason."""
+    environment_check: str | None = None
+    """'module:function() -> str | None': a further torch-free check of the installed packages (e.g. a known-bad
+    MindSpeed <-> megatron-core pairing); its message SKIPs the scenario and ERRORs a setup that goes ahead."""
+    devices: tuple[str, ...] = DEVICES
+    dtypes: tuple[str, ...] = DTYPES
+    preload: tuple[str, ...] = ()
+    """Modules the forkserver imports once so that each forked rank starts warm."""
+    preload_excludes: tuple[str, ...] = ()
+    """Top-level modules that must NOT be preloaded while this engine is planned (MindSpeed patches megatron
+    before megatron is imported)."""
+
+    def __post_init__(self) -> None:
+        if ":" not in self.engine:
+            raise ValueError(f"engine spec {self.name}: engine {self.engine!r} must be 'package.module:Class'")
+        for what, given, known in (("dims", self.dims, LAYOUT_DIMS), ("kwargs_blocks", self.kwargs_blocks,
+                                                                       KWARGS_BLOCKS),
+                                   ("devices", self.devices, DEVICES), ("dtypes", self.dtypes, DTYPES)):
+            if unknown := set(given) - set(known):
+                raise ValueError(f"engine spec {self.name}: unknown {what} {sorted(unknown)}; known: {known}")
+        object.__setattr__(self, "retired", MappingProxyType(dict(self.retired)))
+        object.__setattr__(self, "layout_keys", MappingProxyType(dict(self.layout_keys)))
+
+    def missing(self) -> list[str]:
+        """Every requirement not met here, in order."""
+        return [problem for req in self.requires if (problem := req.problem()) is not None]
+
+    def require(self) -> None:
+        """For an engine's setup: raise when a requirement is missing (the harness skips such scenarios, so
+        this only fires when the engine is driven some other way)."""
+        if missing := self.missing():
+            raise RuntimeError(f"engine {self.name} cannot run here: {'; '.join(missing)}")
+
+
+#: a third-party engine without a spec: nothing is assumed or refused about it
+def open_spec(name: str, engine: str) -> EngineSpec:
+    return EngineSpec(name=name, engine=engine, summary="third-party engine (no spec)",
+                      dims=frozenset(LAYOUT_DIMS), kwargs_blocks=KWARGS_BLOCKS)

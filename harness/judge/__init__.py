@@ -1,0 +1,1 @@
+"""Judging: references, comparisons, tolerances and the Verdict. Pure functions over RunRecords."""

@@ -156,8 +156,12 @@ class FSDP2Engine(Engine):
             tensor_parallel.reduce_partial_grads(self.tp_partial, self.tp_group)
 
     def clip_grads(self, max_norm: float) -> float:
-        """Clip and return the norm BEFORE clipping."""
-        return tensor_parallel.clip_grad_norm(self.model.parameters(), max_norm)
+        """Clip and return the norm BEFORE clipping (under TP the parameters live on two meshes, which torch's
+        clip_grad_norm_ cannot stack)."""
+        if self.tp > 1:
+            return tensor_parallel.clip_grad_norm(self.model.parameters(), max_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        return float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
 
     def loss_replicas(self) -> int:
         """How many ranks hold the same loss share (summed over the world, then divided by this): TP peers."""

@@ -18,6 +18,17 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 
 
+MULTIPROC = Path(__file__).parent / "multiproc"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests under tests/multiproc and scenario items launch real ranks: marked, so `-m "not multiprocess"`
+    runs the pure unit tests."""
+    for item in items:
+        if MULTIPROC in Path(str(item.path)).parents or type(item).__name__ == "ScenarioItem":
+            item.add_marker("multiprocess")
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("parity-cache")

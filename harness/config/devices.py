@@ -9,6 +9,7 @@ import importlib.util
 import os
 import resource
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -60,16 +61,17 @@ def availability(device: str) -> tuple[int, str | None]:
 
 
 def npu_emulated() -> bool:
-    """True when the torch_npu on the path is the emulated one (tests/emulated_npu/site: plain-torch reference
-    ops on CPU, `EMULATED = True`), so NPU-only engines may run on cpu. Importing it is safe: it is torch only."""
+    """True when the torch_npu on the path is the emulated one (tests/emulated_npu/site: plain-torch reference ops
+    on CPU), so NPU-only engines may run with device cpu. Decided from its files, never by importing: importing a
+    real torch_npu without CANN breaks torch."""
     spec = importlib.util.find_spec("torch_npu")
     if spec is None or not spec.origin:
         return False
+    marker = Path(spec.origin).parent / "emulation.py"
     try:
-        head = open(spec.origin).read(4096)  # noqa: SIM115 - a short read; never import the real torch_npu here
+        return "EMULATED = True" in marker.read_text()
     except OSError:
         return False
-    return "EMULATED = True" in head
 
 
 def device_module(device: str) -> Any:

@@ -32,9 +32,14 @@ LOW_PRECISION = Limits(logprob_max_abs=0.5, logprob_mean_abs=0.03, logprob_p99_a
                        loss_rel=2e-2, grad_norm_rel=0.1, ratio_mean=2.0, ratio_max=10.0)
 DEFAULTS = {"fp32": FP32, "bf16": LOW_PRECISION, "fp16": LOW_PRECISION}
 
-#: below these, a baseline error counts as this much (so a near-exact baseline does not inflate ratios)
+#: below these, a baseline error counts as this much (so a near-exact baseline does not inflate ratios).
+#: Relative metrics (loss, pre-clip grad norm): 1e-3, a quarter of bf16's unit roundoff (2^-8 = 3.9e-3). A
+#: baseline that lands closer than that to fp32 on a step got lucky, it is not a bar: tiny-qwen3-moe fsdp2 dp2
+#: bf16 measured a step-1 grad-norm error of 1.2e-3 against a baseline error below 1e-4 (ratio 12 with a 1e-4
+#: floor) while its other 11 ratios sit below 1.6; whether megatron.core was imported in the forkserver changed
+#: which side of 1e-4 the baseline landed on.
 RATIO_FLOOR_ABS = 1e-4
-RATIO_FLOOR_REL = 1e-4
+RATIO_FLOOR_REL = 1e-3
 
 
 def limits_for(dtype: str, override: Tolerance) -> Limits:

@@ -9,7 +9,7 @@ import pytest
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.matrix import load_file, load_files
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_lists_on_axes_expand_as_a_cross_product(write_yaml):

@@ -23,7 +23,7 @@ from parity.engines.specs import MINDSPEED_FSDP, MINDSPEED_MEGATRON
 from parity.harness.contract.engine import Engine, EngineContext
 from parity.harness.contract.schema import Layout, Scenario
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: a few names MindSpeed's parser registers (mindspeed/features_manager/context_parallel/*.py)
 MINDSPEED_KEYS = {"context_parallel_algo", "cp_window_size", "attention_mask_type", "ulysses_degree_in_cp",

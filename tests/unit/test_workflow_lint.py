@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LINTER = ROOT / "ci" / "lint_workflows.py"
 WORKFLOWS = ROOT / ".github" / "workflows"
 NIGHTLY = WORKFLOWS / "nightly.yml"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ROOTS = {"parity.harness": REPO / "harness", "parity.engines": REPO / "engines", "parity.reports": REPO / "reports",
          "parity.examples": REPO / "parity_examples"}
 LAYERS = [("parity.harness.contract", 0), ("parity.engines", 1), ("parity.examples", 1),

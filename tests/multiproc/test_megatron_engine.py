@@ -1,5 +1,5 @@
-"""The megatron engine: pure pieces (kwargs routing, layout rules, masks, the CPU shim) in-process, and REAL
-multi-process runs (forked ranks, gloo) judged against the fp32 HF reference by the harness's own verdict.
+"""The megatron engine in REAL multi-process runs (forked ranks, gloo), judged against the fp32 HF reference by
+the harness's own verdict (its pure pieces: tests/unit/test_megatron_config.py).
 Each Megatron-specific fault must FAIL on the metric that sees it while its clean twin PASSES."""
 
 from __future__ import annotations
@@ -8,9 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
-from parity.harness.config.validate import layout_errors
 from parity.harness.contract.schema import Scenario
 from parity.harness.run.launch import ForkedLauncher
 from parity.harness.runner import Runner, RunOptions
@@ -20,102 +18,6 @@ pytest.importorskip("megatron.core")
 
 def _scenario(model: str = "tiny-qwen3", **fields: Any) -> Scenario:
     return Scenario(model=model, strategy="megatron", **fields)
-
-
-# ---- in-process ------------------------------------------------------------------------------------------
-def test_mcore_kwargs_go_to_every_dataclass_that_declares_them() -> None:
-    from parity.engines.megatron.config import route_mcore_kwargs
-
-    routed = route_mcore_kwargs({"use_distributed_optimizer": True, "moe_token_dispatcher_type": "alltoall",
-                                 "adam_eps": 1e-6, "micro_batch_size": 2, "params_dtype": "bfloat16",
-                                 "no_such_field": 1, "tensor_model_parallel_size": 2})
-    assert routed.ddp == {"use_distributed_optimizer": True}
-    assert routed.optimizer == {"use_distributed_optimizer": True, "adam_eps": 1e-6, "params_dtype": torch.bfloat16}
-    assert routed.transformer == {"moe_token_dispatcher_type": "alltoall", "params_dtype": torch.bfloat16}
-    assert routed.schedule == {"micro_batch_size": 2}
-    assert set(routed.rejected) == {"no_such_field", "tensor_model_parallel_size"}
-
-
-@pytest.mark.parametrize(("layout", "key"), [
-    ({"tp": 2}, "layout.sequence_parallel"),  # MoE with TP needs SP
-    ({"pp": 2, "vpp": 4}, "layout.vpp"),  # 4 layers over 8 chunks
-    ({"tp": 4, "sequence_parallel": True}, "layout.tp"),  # 2 KV heads
-    ({"tp": 2, "sequence_parallel": True, "etp": 4, "dp": 2}, "layout.etp"),  # ep=1: experts follow tp
-])
-def test_layout_rules(layout: dict[str, Any], key: str) -> None:
-    scenario = _scenario("tiny-qwen3-moe", layout=layout)
-    assert key in [k for k, _ in layout_errors(scenario)]
-
-
-def test_layout_rules_accept_the_matrix() -> None:
-    from parity.harness.config.matrix import load_file
-
-    scenarios = load_file(Path(__file__).parents[1] / "scenarios" / "cpu.yaml")
-    for scenario in (s for s in scenarios if s.strategy == "megatron"):
-        assert layout_errors(scenario) == [], scenario.id
-
-
-def test_cp_needs_two_chunks_per_rank() -> None:
-    scenario = _scenario(layout={"cp": 2}, workload={"prompt_len": 15, "response_len": 16})
-    assert [k for k, _ in layout_errors(scenario)] == ["layout.cp"]
-
-
-def test_attention_mask_is_hf_causal_and_padding() -> None:
-    from parity.engines.megatron.batching import attention_mask
-
-    real = torch.tensor([[0, 1, 1, 0]])
-    allowed = ~attention_mask(real)[0, 0]
-    assert allowed.tolist() == [[False] * 4, [False, True, False, False], [False, True, True, False],
-                                [False, True, True, False]]
-
-
-def test_cp_chunk_order_matches_megatron_batch_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    from megatron.core import parallel_state
-    from megatron.core.utils import get_batch_on_this_cp_rank
-
-    from parity.engines.megatron.cp_attention import sequence_order
-
-    monkeypatch.setattr(parallel_state, "get_context_parallel_world_size", lambda: 2)
-    pieces = []
-    for rank in range(2):
-        monkeypatch.setattr(parallel_state, "get_context_parallel_rank", lambda rank=rank: rank)
-        pieces.append(get_batch_on_this_cp_rank({"t": torch.arange(8)[None]})["t"][0])
-    gathered = torch.cat(pieces)
-    chunks = dict(zip(sequence_order(2), gathered.chunk(4), strict=True))
-    assert torch.cat([chunks[c] for c in range(4)]).tolist() == list(range(8))
-
-
-def test_cpu_shim_restores_everything() -> None:
-    from megatron.core.tensor_parallel import mappings, random
-    from megatron.core.transformer.moe import moe_utils
-
-    from parity.engines.megatron.cpu_compat import CpuCompat
-
-    def patched_things() -> tuple[Any, ...]:
-        return (torch.cuda.current_device, torch.cuda.Stream, random._get_cuda_rng_state,
-                mappings._gather_along_first_dim, hasattr(moe_utils, "te_general_gemm"))
-
-    before = patched_things()
-    shim = CpuCompat()
-    shim.apply()
-    try:
-        assert torch.cuda.current_device() == torch.device("cpu")
-        assert torch.zeros(1, device="cuda").device.type == "cpu"
-        assert torch.zeros(1).type() == "torch.cuda.FloatTensor"
-    finally:
-        shim.restore()
-    assert patched_things() == before
-    assert torch.zeros(1).type() == "torch.FloatTensor"
-
-
-def test_cpu_shim_refuses_other_megatron_versions(monkeypatch: pytest.MonkeyPatch) -> None:
-    from megatron.core import package_info
-
-    from parity.engines.megatron.cpu_compat import check_version
-
-    monkeypatch.setattr(package_info, "__version__", "0.17.0")
-    with pytest.raises(RuntimeError, match=r"0\.16\.1"):
-        check_version()
 
 
 # ---- real runs -------------------------------------------------------------------------------------------

@@ -26,14 +26,14 @@ CASES = {
     "tp_heads": ("matrix:\n  - {model: tiny-qwen3, strategy: megatron, layout: {tp: 4}}\n",
                  ["key 'layout.tp'", "KV heads (2)"]),
     "layers_not_divisible": ("matrix:\n  - {model: tiny-qwen3, strategy: megatron, layout: {pp: 2, vpp: 4}}\n",
-                             ["key 'layout.pp'", "4 layers, not divisible by pp(2) * vpp(4)"]),
+                             ["key 'layout.vpp'", "4 layers, not divisible by pp(2) * vpp(4)"]),
     "experts_not_divisible": ("matrix:\n  - {model: tiny-qwen3-moe, strategy: megatron, layout: {dp: 3, ep: 3}, "
                               "workload: {batch_size: 6}}\n", ["key 'layout.ep'", "number of experts (4)"]),
     "seq_len_not_divisible": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {ulysses: 2}, "
                               "workload: {prompt_len: 7, response_len: 8}}\n",
                               ["key 'workload'", "15", "not divisible by ulysses(2)"]),
-    "unsupported_dim": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {tp: 2}}\n",
-                        ["key 'layout.tp'", "'fsdp2' does not implement tp"]),
+    "unsupported_dim": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {pp: 2}}\n",
+                        ["key 'layout.pp'", "'fsdp2' does not implement pp"]),
     "too_many_ranks": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 32}, "
                        "workload: {batch_size: 32}}\n", ["key 'layout'", "needs 32 cpu ranks", "only 16"]),
     "missing_model_path": ("matrix:\n  - {model: /nonexistent/Qwen3-8B, strategy: hf}\n",

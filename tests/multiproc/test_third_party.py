@@ -9,7 +9,7 @@ import pytest
 
 from parity.harness.config.matrix import load_file
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "parity_examples" / "plain_engine.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "parity_examples" / "plain_engine.py"
 
 BUGS = {
     # forgetting the padding mask: log-probs differ at once

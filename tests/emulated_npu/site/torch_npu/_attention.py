@@ -1,0 +1,354 @@
+"""Reference (plain torch, fp32 math) `npu_fusion_attention` / `npu_fusion_attention_grad`.
+
+Contract followed (CANN torch_npu API reference for npu_fusion_attention; MindSpeed docs/zh/ops/fusion_attention.md):
+- layouts BNSD, BSND, BSH, SBH, TND; TND takes `actual_seq_qlen` / `actual_seq_kvlen` as CUMULATIVE ends.
+- `atten_mask` True/1 = masked (not computed).
+- sparse_mode 0: the given mask AND the pre/next band (top-left aligned); with no mask, nothing is masked and
+  pre/next are ignored. 1: the given full mask, pre/next ignored (no mask = full attention).
+  2: causal top-left, 3: causal bottom-right, 4: band bottom-right. 2/3/4 REQUIRE the compressed 2048x2048
+  upper-triangular mask (`torch.triu(ones(2048, 2048), 1)`); anything else (None, a [b,1,s,s] padding mask)
+  is refused. Modes 5-8 (prefix / varlen-compressed) are refused.
+- keep_prob must be 1.0, pse / padding_mask / prefix must be None (refused otherwise).
+- Returns (attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels). softmax_max/sum are fp32,
+  [B, N, Sq, 8] (TND: [T, N, 8]) with the value replicated over the last dim: this is what MindSpeed's ring
+  attention consumes (mindspeed/core/context_parallel/utils.py forward_update_without_fused takes `[..., 0]`;
+  ring_context_parallel.py causal_backward_fetch views them as [b, n, 2, s, 8]; tnd_out_update views (-1, n, 8)).
+- A fully masked row gives out = 0, softmax_sum = 0 and softmax_max = finfo(float32).min (finite), so that
+  MindSpeed's merge (max/exp/sum in forward_update_without_fused) gives that block zero weight without NaN, and the
+  grad op, fed the merged statistics, gives it zero gradient. MindSpeed's general ring strategy does hand us
+  fully masked blocks (AttentionWithCp.compute_mask: kv_block_id > q_block_id -> all masked,
+  mindspeed/core/context_parallel/ring_context_parallel/ring_context_parallel.py), always after the diagonal block.
+- The grad op uses the softmax_max / softmax_sum / attention_in it is GIVEN (ring attention passes the statistics
+  merged over all KV blocks, so per-block grads add up to the full grads).
+"""
+import torch
+
+from .emulation import refuse
+
+LAYOUTS = ("BNSD", "BSND", "BSH", "SBH", "TND")
+_BIG = 2147483647
+_COMPRESSED = 2048
+
+
+def _is_compressed_causal(mask):
+    if mask is None or tuple(mask.shape) != (_COMPRESSED, _COMPRESSED):
+        return False
+    want = torch.triu(torch.ones(_COMPRESSED, _COMPRESSED, dtype=torch.bool, device=mask.device), 1)
+    return bool(torch.equal(mask.to(torch.bool), want))
+
+
+def _check_mask_dtype(op, mask):
+    if mask is not None and mask.dtype not in (torch.bool, torch.uint8):
+        refuse(op, f"atten_mask of dtype {mask.dtype} (bool or uint8 only)")
+
+
+def _cum_list(op, name, value, total):
+    if value is None:
+        refuse(op, f"layout TND without {name}")
+    ends = [int(v) for v in (value.tolist() if isinstance(value, torch.Tensor) else value)]
+    if not ends or any(b < a for a, b in zip([0, *ends], ends)) or ends[-1] != total:
+        refuse(op, f"{name}={ends} (must be non-decreasing cumulative ends finishing at T={total})")
+    return ends
+
+
+def _to_bnsd(x, layout, n):
+    """layout tensor -> [B, N, S, D] (view/permute, differentiable). TND -> [1, N, T, D]."""
+    if layout == "BNSD":
+        return x
+    if layout == "BSND":
+        return x.transpose(1, 2)
+    if layout == "BSH":
+        b, s, h = x.shape
+        return x.reshape(b, s, n, h // n).transpose(1, 2)
+    if layout == "SBH":
+        s, b, h = x.shape
+        return x.reshape(s, b, n, h // n).permute(1, 2, 0, 3)
+    # TND
+    return x.permute(1, 0, 2).unsqueeze(0)
+
+
+def _from_bnsd(x, layout):
+    if layout == "BNSD":
+        return x.contiguous()
+    if layout == "BSND":
+        return x.transpose(1, 2).contiguous()
+    if layout == "BSH":
+        b, n, s, d = x.shape
+        return x.transpose(1, 2).reshape(b, s, n * d)
+    if layout == "SBH":
+        b, n, s, d = x.shape
+        return x.permute(2, 0, 1, 3).reshape(s, b, n * d)
+    return x.squeeze(0).permute(1, 0, 2).contiguous()
+
+
+def _heads(op, layout, query, key, value, head_num):
+    """(n_q, n_kv) from the layout's shapes; refuses shapes that do not fit it."""
+    if layout not in LAYOUTS:
+        refuse(op, f"input_layout={layout!r} (supported: {', '.join(LAYOUTS)})")
+    want_dim = 4 if layout in ("BNSD", "BSND") else 3
+    for t in (query, key, value):
+        if t.dim() != want_dim:
+            refuse(op, f"a {t.dim()}-d tensor with layout {layout}")
+    if layout in ("BSH", "SBH"):
+        if query.shape[-1] % head_num:
+            refuse(op, f"H={query.shape[-1]} not divisible by head_num={head_num}")
+        d = query.shape[-1] // head_num
+        if key.shape[-1] % d:
+            refuse(op, f"key hidden {key.shape[-1]} not a multiple of head_dim {d}")
+        n_kv = key.shape[-1] // d
+        if value.shape[-1] % n_kv:
+            refuse(op, f"value hidden {value.shape[-1]} not a multiple of n_kv={n_kv}")
+        n_q = head_num
+    else:
+        head_axis = 1 if layout in ("BNSD", "TND") else 2
+        n_q, n_kv = query.shape[head_axis], key.shape[head_axis]
+        if n_q != head_num:
+            refuse(op, f"head_num={head_num} but query has {n_q} heads")
+        if value.shape[head_axis] != n_kv:
+            refuse(op, "key and value with different head counts")
+    if n_kv == 0 or n_q % n_kv:
+        refuse(op, f"GQA with {n_q} query heads and {n_kv} kv heads (must divide)")
+    return n_q, n_kv
+
+
+def _build_mask(op, *, sq, sk, batch, atten_mask, sparse_mode, pre, nxt, q_ends=None, kv_ends=None, device):
+    """bool mask, True = masked, broadcastable to [B, N, Sq, Sk]; None = nothing masked."""
+    _check_mask_dtype(op, atten_mask)
+    tnd = q_ends is not None
+    if sparse_mode not in (0, 1, 2, 3, 4):
+        refuse(op, f"sparse_mode={sparse_mode} (0-4 only; 5-8 prefix/varlen compressed modes are not emulated)")
+    if sparse_mode in (2, 3, 4) and not _is_compressed_causal(atten_mask):
+        shape = None if atten_mask is None else tuple(atten_mask.shape)
+        raise AssertionError(
+            f"emulated torch_npu.{op}: sparse_mode={sparse_mode} requires atten_mask = the compressed "
+            f"torch.triu(ones(2048, 2048), 1) bool mask (the kernel builds the real mask); got "
+            f"{'no mask' if shape is None else f'a mask of shape {shape}'}. Passing a padding/full mask with "
+            f"sparse_mode 2/3/4 is a contract violation (wrong results or a kernel error on device).")
+    if tnd and sparse_mode in (0, 1) and atten_mask is not None:
+        refuse(op, f"layout TND with an explicit atten_mask and sparse_mode={sparse_mode}")
+    # positions: local index inside its sequence, the sequence's length, the sequence id
+    if tnd:
+        def positions(ends):
+            starts = [0, *ends[:-1]]
+            idx, lens, sid = [], [], []
+            for k, (a, b) in enumerate(zip(starts, ends)):
+                idx.append(torch.arange(b - a, device=device))
+                lens.append(torch.full((b - a,), b - a, device=device))
+                sid.append(torch.full((b - a,), k, device=device))
+            return torch.cat(idx), torch.cat(lens), torch.cat(sid)
+        if len(q_ends) != len(kv_ends):
+            refuse(op, f"{len(q_ends)} query sequences but {len(kv_ends)} kv sequences")
+        qi, qlen, qsid = positions(q_ends)
+        kj, klen, ksid = positions(kv_ends)
+        i, j = qi[:, None], kj[None, :]
+        offset = klen[None, :] - qlen[:, None]
+        masked = qsid[:, None] != ksid[None, :]
+    else:
+        i = torch.arange(sq, device=device)[:, None]
+        j = torch.arange(sk, device=device)[None, :]
+        offset = sk - sq
+        masked = None
+
+    def orr(a, b):
+        return b if a is None else (a | b)
+
+    if sparse_mode == 0:
+        if atten_mask is not None:
+            masked = orr(masked, _expand_given(op, atten_mask, batch, sq, sk))
+            # the band [-pre, +next] around the top-left diagonal (pre/next only count with a mask)
+            masked = masked | (i - j > pre) | (j - i > nxt)
+    elif sparse_mode == 1:
+        if atten_mask is not None:
+            masked = orr(masked, _expand_given(op, atten_mask, batch, sq, sk))
+    elif sparse_mode == 2:
+        masked = orr(masked, j > i)
+    elif sparse_mode == 3:
+        masked = orr(masked, j > i + offset)
+    else:  # 4: band aligned bottom-right
+        rel = j - i - offset
+        masked = orr(masked, (rel > nxt) | (-rel > pre))
+    if masked is not None and masked.dim() == 2:
+        masked = masked[None, None]
+    return masked
+
+
+def _expand_given(op, mask, batch, sq, sk):
+    m = mask.to(torch.bool)
+    if m.dim() == 2:
+        m = m[None, None]
+    if m.dim() != 4 or tuple(m.shape[-2:]) != (sq, sk) or m.shape[0] not in (1, batch):
+        refuse(op, f"atten_mask of shape {tuple(mask.shape)} for Sq={sq}, Skv={sk}, B={batch} "
+                   f"(accepted: [Sq,Skv], [B|1, N|1, Sq, Skv])")
+    return m
+
+
+def _prepare(op, query, key, value, head_num, input_layout, *, pse, padding_mask, atten_mask, keep_prob, pre, nxt,
+             inner_precise, prefix, actual_seq_qlen, actual_seq_kvlen, sparse_mode):
+    if pse is not None:
+        refuse(op, "pse (positional bias)")
+    if padding_mask is not None:
+        refuse(op, "padding_mask (reserved by CANN)")
+    if prefix is not None:
+        refuse(op, "prefix")
+    if float(keep_prob) != 1.0:
+        refuse(op, f"keep_prob={keep_prob} (dropout)")
+    if inner_precise not in (0, 1):
+        refuse(op, f"inner_precise={inner_precise}")
+    layout = input_layout
+    n_q, n_kv = _heads(op, layout, query, key, value, head_num)
+    if layout != "TND" and (actual_seq_qlen is not None or actual_seq_kvlen is not None):
+        refuse(op, f"actual_seq_qlen/kvlen with layout {layout} (TND only)")
+    q = _to_bnsd(query, layout, n_q)
+    k = _to_bnsd(key, layout, n_kv)
+    v = _to_bnsd(value, layout, n_kv)
+    if k.shape[-1] != q.shape[-1]:
+        refuse(op, f"query head_dim {q.shape[-1]} != key head_dim {k.shape[-1]}")
+    if q.shape[0] != k.shape[0] or k.shape[2] != v.shape[2]:
+        refuse(op, "batch / kv sequence sizes that do not match")
+    q_ends = kv_ends = None
+    if layout == "TND":
+        q_ends = _cum_list(op, "actual_seq_qlen", actual_seq_qlen, query.shape[0])
+        kv_ends = _cum_list(op, "actual_seq_kvlen", actual_seq_kvlen, key.shape[0])
+    mask = _build_mask(op, sq=q.shape[2], sk=k.shape[2], batch=q.shape[0], atten_mask=atten_mask,
+                       sparse_mode=int(sparse_mode), pre=int(pre), nxt=int(nxt), q_ends=q_ends, kv_ends=kv_ends,
+                       device=query.device)
+    return q, k, v, mask
+
+
+def _math_dtype(t):
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _expand_kv(x, n_q):
+    g = n_q // x.shape[1]
+    return x if g == 1 else x.repeat_interleave(g, dim=1)
+
+
+def _scores(q, k, mask, scale):
+    dt = _math_dtype(q)
+    s = torch.matmul(q.to(dt), _expand_kv(k, q.shape[1]).to(dt).transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s.masked_fill(mask, float("-inf"))
+    return s
+
+
+def _forward_core(q, k, v, mask, scale):
+    """-> out [B,N,Sq,Dv] (q dtype), row max [B,N,Sq], row sum [B,N,Sq] (math dtype)."""
+    s = _scores(q, k, mask, scale)
+    row_max = s.amax(dim=-1)
+    row_max = torch.where(torch.isneginf(row_max), torch.full_like(row_max, torch.finfo(torch.float32).min), row_max)
+    p = torch.exp(s - row_max[..., None])
+    row_sum = p.sum(dim=-1)
+    vv = _expand_kv(v, q.shape[1]).to(s.dtype)
+    out = torch.matmul(p, vv) / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))[..., None]
+    return out.to(q.dtype), row_max, row_sum
+
+
+def _grad_core(q, k, v, dy, out, row_max, row_sum, mask, scale):
+    s = _scores(q, k, mask, scale)
+    dt = s.dtype
+    safe_sum = torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum)).to(dt)
+    p = torch.exp(s - row_max.to(dt)[..., None]) / safe_sum[..., None]
+    p = torch.where((row_sum > 0)[..., None], p, torch.zeros_like(p))
+    n_q, n_kv = q.shape[1], k.shape[1]
+    vv = _expand_kv(v, n_q).to(dt)
+    kk = _expand_kv(k, n_q).to(dt)
+    dyf = dy.to(dt)
+    dv = torch.matmul(p.transpose(-1, -2), dyf)
+    dp = torch.matmul(dyf, vv.transpose(-1, -2))
+    delta = (dyf * out.to(dt)).sum(dim=-1, keepdim=True)
+    ds = p * (dp - delta)
+    dq = torch.matmul(ds, kk) * scale
+    dk = torch.matmul(ds.transpose(-1, -2), q.to(dt)) * scale
+    if n_q != n_kv:  # GQA: sum the group's grads onto its kv head
+        g = n_q // n_kv
+        dk = dk.reshape(dk.shape[0], n_kv, g, *dk.shape[2:]).sum(2)
+        dv = dv.reshape(dv.shape[0], n_kv, g, *dv.shape[2:]).sum(2)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+def _stats_to_layout(stat, layout):
+    """[B,N,S] -> fp32 [B,N,S,8]; TND: [T,N,8]."""
+    st = stat.to(torch.float32)
+    if layout == "TND":
+        st = st.squeeze(0).transpose(0, 1)
+    return st[..., None].expand(*st.shape, 8).contiguous()
+
+
+def _stats_from_layout(op, stat, layout, b, n, s):
+    if layout == "TND":
+        if stat.dim() != 3:
+            refuse(op, f"TND softmax statistics of shape {tuple(stat.shape)} (want [T, N, 8])")
+        stat = stat[..., 0].transpose(0, 1).unsqueeze(0)
+    else:
+        if stat.dim() != 4:
+            refuse(op, f"softmax statistics of shape {tuple(stat.shape)} (want [B, N, S, 8])")
+        stat = stat[..., 0]
+    if tuple(stat.shape) != (b, n, s):
+        refuse(op, f"softmax statistics that do not match the query (got {tuple(stat.shape)}, want {(b, n, s)})")
+    return stat
+
+
+class _FusionAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, layout):
+        out, row_max, row_sum = _forward_core(q, k, v, mask, scale)
+        ctx.save_for_backward(q, k, v, out, row_max, row_sum)
+        ctx.mask, ctx.scale = mask, scale
+        ctx.mark_non_differentiable(row_max, row_sum)
+        return out, row_max, row_sum
+
+    @staticmethod
+    def backward(ctx, dout, _dmax, _dsum):
+        q, k, v, out, row_max, row_sum = ctx.saved_tensors
+        dq, dk, dv = _grad_core(q, k, v, dout, out, row_max, row_sum, ctx.mask, ctx.scale)
+        return dq, dk, dv, None, None, None
+
+
+def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None, atten_mask=None,
+                         scale=1.0, keep_prob=1.0, pre_tockens=_BIG, next_tockens=_BIG, inner_precise=0,
+                         prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
+                         gen_mask_parallel=True, sync=False):
+    op = "npu_fusion_attention"
+    q, k, v, mask = _prepare(op, query, key, value, head_num, input_layout, pse=pse, padding_mask=padding_mask,
+                             atten_mask=atten_mask, keep_prob=keep_prob, pre=pre_tockens, nxt=next_tockens,
+                             inner_precise=inner_precise, prefix=prefix, actual_seq_qlen=actual_seq_qlen,
+                             actual_seq_kvlen=actual_seq_kvlen, sparse_mode=sparse_mode)
+    out, row_max, row_sum = _FusionAttention.apply(q, k, v, mask, float(scale), input_layout)
+    attention_out = _from_bnsd(out, input_layout)
+    softmax_max = _stats_to_layout(row_max.detach(), input_layout)
+    softmax_sum = _stats_to_layout(row_sum.detach(), input_layout)
+    softmax_out = torch.empty(0, dtype=query.dtype, device=query.device)
+    return attention_out, softmax_max, softmax_sum, softmax_out, 0, 0, 0
+
+
+def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, pse=None, padding_mask=None,
+                              atten_mask=None, softmax_max=None, softmax_sum=None, softmax_in=None,
+                              attention_in=None, scale_value=1.0, keep_prob=1.0, pre_tockens=_BIG,
+                              next_tockens=_BIG, inner_precise=0, seed=0, offset=0, numels=0, prefix=None,
+                              actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True,
+                              sync=False):
+    """-> (dq, dk, dv, dpse) in the input layout; uses the given softmax_max/softmax_sum/attention_in."""
+    op = "npu_fusion_attention_grad"
+    given = [t is not None for t in (softmax_max, softmax_sum, attention_in)]
+    if any(given) and not all(given):
+        refuse(op, "only some of softmax_max / softmax_sum / attention_in (give all three or none)")
+    q, k, v, mask = _prepare(op, query, key, value, head_num, input_layout, pse=pse, padding_mask=padding_mask,
+                             atten_mask=atten_mask, keep_prob=keep_prob, pre=pre_tockens, nxt=next_tockens,
+                             inner_precise=inner_precise, prefix=prefix, actual_seq_qlen=actual_seq_qlen,
+                             actual_seq_kvlen=actual_seq_kvlen, sparse_mode=sparse_mode)
+    scale = float(scale_value)
+    with torch.no_grad():
+        if all(given):
+            b, n, s = q.shape[0], q.shape[1], q.shape[2]
+            row_max = _stats_from_layout(op, softmax_max, input_layout, b, n, s)
+            row_sum = _stats_from_layout(op, softmax_sum, input_layout, b, n, s)
+            out = _to_bnsd(attention_in, input_layout, n)
+        else:
+            out, row_max, row_sum = _forward_core(q, k, v, mask, scale)
+        dyb = _to_bnsd(dy, input_layout, q.shape[1])
+        if tuple(dyb.shape) != tuple(out.shape):
+            refuse(op, f"dy of shape {tuple(dy.shape)} that does not match the attention output")
+        dq, dk, dv = _grad_core(q, k, v, dyb, out, row_max, row_sum, mask, scale)
+    dpse = torch.empty(0, dtype=query.dtype, device=query.device)
+    return _from_bnsd(dq, input_layout), _from_bnsd(dk, input_layout), _from_bnsd(dv, input_layout), dpse

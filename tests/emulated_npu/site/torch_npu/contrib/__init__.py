@@ -1,0 +1,1 @@
+"""Emulated torch_npu.contrib."""

@@ -72,6 +72,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any(r["verdict"] in ("FAIL", "ERROR") for r in merged) else EXIT_OK
 
 
+def cmd_engines(args: argparse.Namespace) -> int:
+    """The engine specs: what each built-in engine implements, reads and needs, and whether it can run here."""
+    from tabulate import tabulate
+
+    from parity.harness.config.registry import SPECS, check_environment
+
+    rows = []
+    for spec in SPECS.values():
+        problems = spec.missing() or [p for p in [check_environment(spec)] if p]
+        rows.append([spec.name, ", ".join(spec.aliases) or "-", " ".join(sorted(spec.dims)) or "one rank",
+                     ", ".join(spec.kwargs_blocks) or "-", ",".join(spec.devices),
+                     "; ".join(r.module + (f" {r.versions}" if r.versions else "") for r in spec.requires) or "-",
+                     "yes" if not problems else "no: " + "; ".join(problems)])
+    print(tabulate(rows, headers=["engine", "aliases", "layout dims", "kwargs", "devices", "requires", "runs here"],
+                   tablefmt="simple", maxcolwidths=[None, None, 24, None, None, 30, 40]))
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parity", description="Backend-parity harness for LLM training engines.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -90,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("dirs", nargs="+")
     rep.add_argument("--out", default="parity-report")
     rep.set_defaults(func=cmd_report)
+    eng = sub.add_parser("engines", help="the engine specs: layout dims, kwargs, devices, requirements here")
+    eng.set_defaults(func=cmd_engines)
     plan.add_parser(sub)
     migrate.add_parser(sub)
     return parser

@@ -12,10 +12,15 @@ import transformers
 
 from parity.harness.contract.engine import Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
+from parity.harness.contract.spec import EngineSpec
 from parity.harness.contract.workload import Batch
 
 
 class PlainHFEngine(Engine):
+    # optional: what the harness may check before running it (one rank, engine_kwargs only)
+    spec = EngineSpec(name="plain", engine="parity.examples.plain_engine:PlainHFEngine",
+                      kwargs_blocks=("engine_kwargs",), devices=("cpu", "cuda"))
+
     def setup(self) -> None:
         config = transformers.AutoConfig.from_pretrained(self.ctx.checkpoint)
         self.ctx.faults.patch_hf_config(config)  # lets the harness's fault self-test reach this engine too

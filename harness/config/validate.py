@@ -67,6 +67,9 @@ def spec_errors(scenario: Scenario, spec: EngineSpec) -> list[tuple[str, str]]:
         if getattr(scenario, block) and block not in spec.kwargs_blocks:
             errors.append((block, f"engine '{spec.name}' does not read {block}; it reads "
                                   f"{', '.join(spec.kwargs_blocks) or 'no kwargs block'}"))
+        for key in getattr(scenario, block):
+            if key in spec.layout_keys:
+                errors.append((f"{block}.{key}", f"set by the scenario's {spec.layout_keys[key]}, not by {block}"))
     if scenario.dtype not in spec.dtypes:
         errors.append(("dtype", f"engine '{spec.name}' trains in {', '.join(spec.dtypes)}, not {scenario.dtype}"))
     return errors

@@ -34,6 +34,13 @@ CASES = {
                               ["key 'workload'", "15", "not divisible by ulysses(2)"]),
     "unsupported_dim": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {pp: 2}}\n",
                         ["key 'layout.pp'", "'fsdp2' does not implement pp"]),
+    "layout_owned_kwarg": ("matrix:\n  - {model: tiny-qwen3, strategy: megatron, layout: {tp: 2}, "
+                           "mcore_kwargs: {tensor_model_parallel_size: 4}}\n",
+                           ["key 'mcore_kwargs.tensor_model_parallel_size'", "set by the scenario's layout.tp"]),
+    "kwargs_block_not_read": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, mcore_kwargs: {a: 1}}\n",
+                              ["key 'mcore_kwargs'", "engine 'fsdp2' does not read mcore_kwargs"]),
+    "third_party_spec": ("matrix:\n  - {model: tiny-qwen3, engine: 'parity.examples.plain_engine:PlainHFEngine', "
+                         "layout: {dp: 2}}\n", ["key 'layout.dp'", "'PlainHFEngine' does not implement dp"]),
     "too_many_ranks": ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 32}, "
                        "workload: {batch_size: 32}}\n", ["key 'layout'", "needs 32 cpu ranks", "only 16"]),
     "missing_model_path": ("matrix:\n  - {model: /nonexistent/Qwen3-8B, strategy: hf}\n",

@@ -1,0 +1,89 @@
+"""The engine-spec registry and the EngineSpec contract: names, aliases, retired names, requirements with
+version ranges, preload exclusions, third-party specs."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+
+import pytest
+
+from parity.engines.specs import BUILTIN, MEGATRON_LAYOUT_KEYS
+from parity.harness.config import registry
+from parity.harness.config.matrix import parse_scenario
+from parity.harness.config.verl_config import LAYOUT_FIELDS
+from parity.harness.contract.schema import Scenario
+from parity.harness.contract.spec import EngineSpec, Requirement, module_present
+
+
+def test_every_builtin_engine_is_registered_once_and_importable_by_path():
+    assert list(registry.SPECS) == [spec.name for spec in BUILTIN]
+    for spec in BUILTIN:
+        module = spec.engine.partition(":")[0]
+        assert module_present(module), spec.engine
+
+
+def test_alias_and_retired_names_resolve_to_the_spec():
+    assert parse_scenario({"model": "tiny-qwen3", "strategy": "fsdp"}, file="f", label="m").strategy == "fsdp2"
+    assert registry.RETIRED["mindspeed_llm"][0] == "mindspeed_megatron"
+    assert registry.RETIRED["mindspeed_mm"][0] == "mindspeed_fsdp"
+
+
+def test_layout_owned_megatron_keys_are_stated_once():
+    """verl's McoreEngineConfig names translate through the megatron spec's table, not a copy of it."""
+    for name, where in MEGATRON_LAYOUT_KEYS.items():
+        assert LAYOUT_FIELDS[name] == where.removeprefix("layout.")
+    from parity.engines.megatron.config import RESERVED  # the engine refuses the same keys
+
+    assert set(MEGATRON_LAYOUT_KEYS) <= set(RESERVED)
+
+
+def test_requirement_checks_module_and_version_range(monkeypatch):
+    assert Requirement(module="no_such_module_xyz", why="get it").problem() == "get it"
+    ok = Requirement(module="torch", why="-", distribution="torch", versions=">=2.0")
+    assert ok.problem() is None
+    monkeypatch.setattr(md, "version", lambda name: "1.9.0")
+    problem = ok.problem()
+    assert "torch 1.9.0 is installed" in problem and ">=2.0" in problem
+    with pytest.raises(ValueError, match="bad version range"):
+        Requirement(module="torch", why="-", versions="~~2")
+
+
+def test_spec_rejects_unknown_dims_and_kwargs_blocks():
+    with pytest.raises(ValueError, match="unknown dims"):
+        EngineSpec(name="x", engine="a.b:C", dims=frozenset({"zp"}))
+    with pytest.raises(ValueError, match="unknown kwargs_blocks"):
+        EngineSpec(name="x", engine="a.b:C", kwargs_blocks=("llm_kwargs",))
+    with pytest.raises(ValueError, match=r"package\.module:Class"):
+        EngineSpec(name="x", engine="a.b.C")
+
+
+def test_preload_leaves_out_what_a_planned_engine_must_import_first():
+    spec = {s.name: s for s in BUILTIN}
+    alone = registry.preload_modules([spec["megatron"], spec["fsdp2"]])
+    assert "megatron.core" in alone and "parity.engines.fsdp2" in alone
+    with_mindspeed = registry.preload_modules([spec["megatron"], spec["fsdp2"], spec["mindspeed_megatron"]])
+    assert not [m for m in with_mindspeed if "megatron" in m]  # MindSpeed patches megatron before its import
+    assert "parity.engines.fsdp2" in with_mindspeed
+
+
+def test_third_party_spec_is_the_class_attribute_renamed_to_its_path():
+    scenario = Scenario(model="tiny-qwen3", engine="parity.examples.plain_engine:PlainHFEngine")
+    spec = registry.spec_for(scenario)
+    assert spec.engine == scenario.engine and spec.name == "PlainHFEngine"
+    assert spec.dims == frozenset() and spec.kwargs_blocks == ("engine_kwargs",)
+
+
+def test_third_party_without_spec_gets_an_open_one():
+    spec = registry.third_party_spec("tests.data.leaky_engine:LeakyFSDP2Engine")
+    assert spec.engine == "tests.data.leaky_engine:LeakyFSDP2Engine"  # FSDP2Engine has no class spec to inherit
+    assert "tp" in spec.dims and "fsdp_kwargs" in spec.kwargs_blocks
+
+
+def test_parity_engines_lists_every_spec(capsys):
+    from parity.harness.cli import main
+
+    assert main(["engines"]) == 0
+    out = capsys.readouterr().out
+    for spec in BUILTIN:
+        assert spec.name in out
+    assert "megatron.core >=" in out

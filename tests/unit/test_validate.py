@@ -1,0 +1,61 @@
+"""Validation reads each engine's spec: layout dims, kwargs blocks, layout-owned keys, dtypes, devices and
+requirements; generic layout arithmetic applies to every engine."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from parity.harness.config import devices, registry, validate
+from parity.harness.contract.schema import Scenario
+
+
+def keys(scenario: Scenario) -> list[str]:
+    return [key for key, _ in validate.layout_errors(scenario)]
+
+
+def test_dims_come_from_the_spec(monkeypatch):
+    scenario = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"tp": 2})
+    assert keys(scenario) == []
+    narrowed = dataclasses.replace(registry.SPECS["fsdp2"], dims=frozenset({"dp", "ulysses"}))
+    monkeypatch.setitem(registry.SPECS, "fsdp2", narrowed)
+    assert keys(scenario) == ["layout.tp"]
+
+
+def test_dtype_and_kwargs_blocks_come_from_the_spec(monkeypatch):
+    bf16 = Scenario(model="tiny-qwen3", strategy="hf", dtype="bf16", fsdp_kwargs={"x": 1})
+    assert keys(bf16) == ["fsdp_kwargs"]
+    monkeypatch.setitem(registry.SPECS, "hf", dataclasses.replace(registry.SPECS["hf"], dtypes=("fp32",)))
+    assert "dtype" in keys(bf16)
+
+
+def test_fsdp2_takes_ulysses_or_tp_not_both():
+    both = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"tp": 2, "ulysses": 2},
+                    workload={"batch_size": 4})
+    assert "layout.tp" in keys(both)
+
+
+@pytest.mark.parametrize(("layout", "key"), [({"dp": 3}, "workload.batch_size"), ({"cp": 3}, "layout.cp"),
+                                             ({"tp": 4}, "layout.tp"), ({"pp": 3}, "layout.pp")])
+def test_generic_layout_arithmetic(layout, key):
+    assert key in keys(Scenario(model="tiny-qwen3", strategy="megatron", layout=layout))
+
+
+def test_skip_reason_names_device_and_requirements(monkeypatch):
+    monkeypatch.setattr(devices, "npu_emulated", lambda: False)
+    on_cpu = Scenario(model="tiny-qwen3", strategy="mindspeed_megatron", device="cpu")
+    reason = validate.skip_reason(on_cpu)
+    assert "runs on npu, not cpu" in reason
+    monkeypatch.setattr(devices, "npu_emulated", lambda: True)
+    assert "runs on npu" not in (validate.skip_reason(on_cpu) or "")
+
+
+def test_environment_check_of_a_spec_skips_when_its_requirements_are_met(monkeypatch):
+    spec = dataclasses.replace(registry.SPECS["hf"], environment_check="tests.unit.test_validate:_bad_pairing")
+    monkeypatch.setitem(registry.SPECS, "hf", spec)
+    assert validate.skip_reason(Scenario(model="tiny-qwen3", strategy="hf")) == "known-bad pairing: a 1.0 with b 2.0"
+
+
+def _bad_pairing() -> str:
+    return "known-bad pairing: a 1.0 with b 2.0"

@@ -1,0 +1,63 @@
+"""harness/config/devices.py: what each device kind is, whether it is here, and the emulated-NPU detection that
+must never import a real torch_npu."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from parity.harness.config import devices
+
+
+def test_cpu_is_always_available_and_others_say_why_not():
+    count, why = devices.availability("cpu")
+    assert count == devices.CPU_MAX_RANKS and why is None
+    count, why = devices.availability("cuda")
+    assert count == 0 and "no CUDA device" in why
+    if "torch_npu" not in sys.modules:
+        count, why = devices.availability("npu")
+        assert count == 0 and "torch_npu" in why
+
+
+def test_every_device_kind_has_a_backend_and_accelerators_a_visible_variable():
+    assert devices.DEVICE_KINDS["cpu"].backend == "gloo"
+    for name in ("cuda", "npu"):
+        kind = devices.DEVICE_KINDS[name]
+        assert kind.visible_env and kind.determinism_env, name
+    assert devices.DEVICE_KINDS["npu"].determinism_env["HCCL_DETERMINISTIC"] == "true"
+
+
+def _fake_torch_npu(root, emulation_text: str | None):
+    package = root / "torch_npu"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('a real torch_npu must never be imported here')\n")
+    if emulation_text is not None:
+        (package / "emulation.py").write_text(emulation_text)
+    return root
+
+
+@pytest.mark.parametrize(("emulation", "expected"), [("EMULATED = True\n", True), (None, False),
+                                                     ("EMULATED = False\n", False)])
+def test_npu_emulated_reads_files_without_importing(tmp_path, monkeypatch, emulation, expected):
+    monkeypatch.syspath_prepend(str(_fake_torch_npu(tmp_path, emulation)))
+    assert devices.npu_emulated() is expected
+    assert "torch_npu" not in sys.modules
+
+
+def test_npu_emulated_is_false_without_any_torch_npu():
+    if "torch_npu" not in sys.modules:
+        assert devices.npu_emulated() is False
+
+
+def test_prepare_rank_on_cpu_seeds_and_returns_cpu(monkeypatch):
+    import torch
+
+    device = devices.prepare_rank("cpu", 0, seed=7)
+    first = torch.rand(3)
+    devices.prepare_rank("cpu", 0, seed=7)
+    assert device == torch.device("cpu") and torch.equal(first, torch.rand(3))
+
+
+def test_peak_memory_on_cpu_is_the_resident_set():
+    assert devices.peak_memory_bytes("cpu") > 10 * 2**20  # a python process with torch imported

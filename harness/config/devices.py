@@ -110,3 +110,32 @@ def peak_memory_bytes(device: str) -> int:
     if device == "cpu":
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return int(device_module(device).max_memory_allocated())
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceModel:
+    """One accelerator model, matched by a substring of the name its runtime reports (get_device_name())."""
+
+    match: str
+    peak_flops: dict[str, float] = field(default_factory=dict)
+    """Dense peak FLOP/s of one card by run dtype (vendor datasheets, no sparsity); MFU is left out without it."""
+
+
+# First match wins, so a more specific name comes before a shorter one that it contains.
+DEVICE_MODELS: tuple[DeviceModel, ...] = (
+    DeviceModel("H100 PCIe", {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12}),
+    DeviceModel("H100", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),
+    DeviceModel("H200", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),
+    DeviceModel("A100", {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
+    DeviceModel("Ascend910B3", {"bf16": 313e12, "fp16": 313e12}),
+)
+
+
+def device_model(name: str) -> DeviceModel | None:
+    return next((model for model in DEVICE_MODELS if model.match in name), None)
+
+
+def peak_flops(name: str, dtype: str) -> float | None:
+    """Peak FLOP/s of one card of the named model at this dtype; None when unknown (CPU, an unlisted card)."""
+    model = device_model(name)
+    return model.peak_flops.get(dtype) if model else None

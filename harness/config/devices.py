@@ -1,5 +1,6 @@
-"""The one place that knows each device kind: backend, visible-devices variable, set/sync/seed, memory,
-determinism settings. torch_npu is imported lazily and only for npu (it breaks `import torch` on CPU boxes).
+"""The one place that knows each device kind (backend, visible-devices variable, set/sync/seed, memory,
+determinism and precision settings) and each accelerator model (HBM per card, room for peak FLOP/s).
+torch_npu is imported lazily and only for npu (it breaks `import torch` on CPU boxes).
 """
 
 from __future__ import annotations
@@ -22,17 +23,51 @@ class DeviceKind:
     """Environment variable that selects the cards a process sees."""
     determinism_env: dict[str, str] = field(default_factory=dict)
     """Set in every rank before the backend initialises."""
+    precision_flags: dict[str, bool] = field(default_factory=dict)
+    """Attribute path under `torch` -> value, set in every rank: reduced-precision fp32 matmul/conv OFF, so an
+    fp32 run on the device is judged on the strict fp32 limits against the CPU fp32 reference."""
+    default_model: str | None = None
+    """Card name (as get_device_name() reports it) a memory plan assumes; $PARITY_DEVICE_MODEL overrides. npu:
+    verl's linux-aarch64-a2b3-* runners carry Atlas A2 910B3 cards."""
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
     "cpu": DeviceKind("cpu", "gloo", None),
     "cuda": DeviceKind("cuda", "nccl", "CUDA_VISIBLE_DEVICES",
-                       {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "NCCL_ALGO": "Ring"}),
-    # Ascend precision recipe (verl / MindSpeed): deterministic HCCL + matmul without K-shift/shuffle.
+                       {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "NCCL_ALGO": "Ring"},
+                       {"backends.cuda.matmul.allow_tf32": False, "backends.cudnn.allow_tf32": False},
+                       default_model="NVIDIA H100 80GB HBM3"),
+    # Ascend precision recipe (verl / MindSpeed): deterministic HCCL + matmul without K-shift/shuffle; HF32
+    # (Ascend's TF32) off for matmul (default already off) and conv (default ON), per the torch_npu API reference
+    # (torch_npu.npu.matmul.allow_hf32, torch_npu.npu.conv.allow_hf32).
     "npu": DeviceKind("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES",
                       {"HCCL_DETERMINISTIC": "true", "CLOSE_MATMUL_K_SHIFT": "1",
-                       "ATB_MATMUL_SHUFFLE_K_ENABLE": "0", "LCCL_DETERMINISTIC": "1"}),
+                       "ATB_MATMUL_SHUFFLE_K_ENABLE": "0", "LCCL_DETERMINISTIC": "1"},
+                      {"npu.matmul.allow_hf32": False, "npu.conv.allow_hf32": False},
+                      default_model="Ascend910B3"),
 }
+
+
+def planning_model(device: str) -> DeviceModel | None:
+    """The card a memory plan assumes for `device`: $PARITY_DEVICE_MODEL (a card name as get_device_name()
+    reports it) or the kind's default; None on cpu."""
+    name = os.environ.get("PARITY_DEVICE_MODEL") or DEVICE_KINDS[device].default_model
+    return device_model(name) if name else None
+
+
+def apply_precision_flags(device: str) -> None:
+    """Set the kind's precision flags (`torch.<path> = value`); a flag this torch_npu / torch lacks is an
+    error, never silently skipped: the strict lane would otherwise judge a run that used HF32/TF32."""
+    import torch
+
+    for path, value in DEVICE_KINDS[device].precision_flags.items():
+        *parents, attr = path.split(".")
+        target: Any = torch
+        for part in parents:
+            target = getattr(target, part)
+        if not hasattr(target, attr):
+            raise RuntimeError(f"torch.{path} does not exist here; cannot set it to {value}")
+        setattr(target, attr, value)
 
 CPU_MAX_RANKS = int(os.environ.get("PARITY_CPU_MAX_RANKS", "16"))
 
@@ -93,6 +128,7 @@ def prepare_rank(device: str, local_rank: int, seed: int) -> Any:
     if device == "cpu":
         return torch.device("cpu")
     module = device_module(device)
+    apply_precision_flags(device)
     module.set_device(local_rank)
     module.manual_seed_all(seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -119,15 +155,22 @@ class DeviceModel:
     match: str
     peak_flops: dict[str, float] = field(default_factory=dict)
     """Dense peak FLOP/s of one card by run dtype (vendor datasheets, no sparsity); MFU is left out without it."""
+    hbm_bytes: int | None = None
+    """Memory of one visible card (an Atlas A3 910C shows as two 64 GiB dies, each one card); memory plans
+    compare their per-rank estimate with it (harness/config/memory.py)."""
 
 
+GIB = 2**30
 # First match wins, so a more specific name comes before a shorter one that it contains.
 DEVICE_MODELS: tuple[DeviceModel, ...] = (
-    DeviceModel("H100 PCIe", {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12}),
-    DeviceModel("H100", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),
-    DeviceModel("H200", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),
+    DeviceModel("H100 PCIe", {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12}, hbm_bytes=80 * GIB),
+    DeviceModel("H100", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}, hbm_bytes=80 * GIB),
+    DeviceModel("H200", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}, hbm_bytes=141 * 10**9),
     DeviceModel("A100", {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
-    DeviceModel("Ascend910B3", {"bf16": 313e12, "fp16": 313e12}),
+    DeviceModel("Ascend910B4", hbm_bytes=32 * GIB),
+    DeviceModel("Ascend910B3", {"bf16": 313e12, "fp16": 313e12}, hbm_bytes=64 * GIB),
+    DeviceModel("Ascend910B", hbm_bytes=64 * GIB),
+    DeviceModel("Ascend910_93", hbm_bytes=64 * GIB),  # Atlas A3 (910C): one die per visible card
 )
 
 

@@ -19,7 +19,7 @@ from parity.harness.config.registry import preload_modules, spec_for
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge.reference import baseline_scenario, cache_key, golden_dir, reference_scenario
-from parity.harness.judge.verdict import Verdict, errored, judge, skipped
+from parity.harness.judge.verdict import Verdict, errored, failed, judge, skipped
 from parity.harness.run.cards import CardPool
 from parity.harness.run.launch import ForkedLauncher, LaunchResult, TorchrunLauncher
 from parity.harness.run.records import RunRecord
@@ -68,12 +68,24 @@ class Runner:
         verdicts = []
         for scenario in scenarios:
             verdict = self.run_scenario(scenario)
-            verdicts.append(verdict)
             if on_result:
-                on_result(verdict)
+                try:
+                    on_result(verdict)
+                except Exception as exc:  # a report that cannot be written is that scenario's ERROR
+                    verdict = failed(scenario, "reporting", exc)
+                    on_result(verdict)
+            verdicts.append(verdict)
         return verdicts
 
     def run_scenario(self, scenario: Scenario) -> Verdict:
+        """One scenario's verdict. Whatever goes wrong while collecting, comparing or judging it (an unreadable
+        golden, a card lease that timed out, a record the comparison cannot read) ERRORs this scenario only."""
+        try:
+            return self._run_scenario(scenario)
+        except Exception as exc:  # isolation is the point: the run goes on
+            return failed(scenario, "running", exc)
+
+    def _run_scenario(self, scenario: Scenario) -> Verdict:
         reason = skip_reason(scenario)
         if reason:
             return skipped(scenario, reason)
@@ -92,9 +104,8 @@ class Runner:
             return errored(scenario, candidate)
         try:
             verdict = judge(scenario, candidate, reference, baseline)
-        except (KeyError, ValueError) as exc:  # a record without the tensors the comparison needs
-            candidate.status, candidate.error = "error", f"cannot compare: {exc}"
-            return errored(scenario, candidate)
+        except Exception as exc:  # e.g. a record without the tensors the comparison needs
+            return failed(scenario, "comparing", exc)
         verdict.info["reference_wall_time_s"] = reference.wall_time_s
         return verdict
 
@@ -113,7 +124,10 @@ class Runner:
     def _reference(self, scenario: Scenario) -> RunRecord:
         ref = reference_scenario(scenario)
         if ref is None:
-            return RunRecord.load(golden_dir(scenario))
+            try:
+                return RunRecord.load(golden_dir(scenario))
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                return RunRecord.failed("golden", "", "error", f"cannot read golden {golden_dir(scenario)}: {exc}")
         return self._cached(ref, "reference")
 
     def _cached(self, run: Scenario, kind: str) -> RunRecord:

@@ -71,6 +71,12 @@ def errored(scenario: Scenario, record: RunRecord, what: str = "candidate") -> V
     return verdict
 
 
+def failed(scenario: Scenario, stage: str, exc: BaseException) -> Verdict:
+    """ERROR for an exception raised while running, comparing or reporting this scenario."""
+    return Verdict(scenario.id, "ERROR", [f"error while {stage}: {type(exc).__name__}: {exc}"],
+                   info=scenario_info(scenario))
+
+
 def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
           baseline: RunRecord | None = None) -> Verdict:
     limits = limits_for(scenario.dtype, scenario.tolerance)

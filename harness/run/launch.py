@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from parity.harness.contract.schema import Layout
-from parity.harness.run.worker import RunJob, exit_after, failure_marker, run_rank
+from parity.harness.run.worker import RunJob, exit_after, failure_marker, failure_message, run_rank
 
 LaunchStatus = Literal["ok", "error", "timeout"]
 POLL_S = 0.02
@@ -102,12 +102,17 @@ def first_failed_rank(record_dir: Path, world_size: int, grace_s: float = 1.0) -
         for rank in range(world_size):
             marker = failure_marker(record_dir, rank)
             with contextlib.suppress(OSError, ValueError):
-                times[rank] = float(marker.read_text())
+                times[rank] = float(marker.read_text().partition("\n")[0])
         if times and (len(times) == world_size or time.perf_counter() > deadline):
             return min(times, key=times.__getitem__)
         if time.perf_counter() > deadline:
             return None
         time.sleep(POLL_S)
+
+
+def _first_failure(record_dir: Path, rank: int, error: str | None) -> str:
+    message = failure_message(record_dir, rank)
+    return f"rank {rank} failed first" + (f": {message}" if message else "") + f" ({error})"
 
 
 def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: float) -> None:
@@ -150,7 +155,7 @@ class ForkedLauncher:
             if status == "error":
                 first = first_failed_rank(record_dir, world_size)
                 if first is not None:
-                    error = f"rank {first} failed first ({error})"
+                    error = _first_failure(record_dir, first, error)
                     log_tail = _logs_tail(record_dir, first)
         finally:
             for proc in procs:
@@ -202,7 +207,7 @@ class TorchrunLauncher:
                 [p.poll for p, _ in procs], [f"torchrun on node {n}" for n in nodes], started + timeout_s,
                 lambda i: tail(record_dir / f"node{nodes[i or 0]}.log"), timeout_s)
             if status == "error" and (first := first_failed_rank(record_dir, layout.world_size)) is not None:
-                error = f"rank {first} failed first ({error})"
+                error = _first_failure(record_dir, first, error)
         finally:
             for proc, log in procs:
                 _kill_group(proc.pid)

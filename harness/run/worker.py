@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import numbers
 import os
 import socket
 import sys
@@ -74,8 +75,9 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
     clean = build_batch(scenario.workload, shape.vocab_size)
     batch = shift_masks(clean) if faults.has("mask_shift") else clean
 
+    expected = tuple(clean.response_mask.shape)
     t0 = time.perf_counter()
-    before = engine.forward(batch)
+    before = checked_tokens(engine.forward(batch), rank, expected, "forward (before training)")
     devices.synchronize(scenario.device)
     forward_time = time.perf_counter() - t0
     old_logprobs = _broadcast(before.logprobs if before is not None else None, rank)
@@ -86,21 +88,72 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
         out = engine.train_step(batch, old_logprobs, step)
         devices.synchronize(scenario.device)
         if rank == 0:
-            steps.append(StepRecord(step=step, loss=out.loss, grad_norm=out.grad_norm,
+            loss, grad_norm = checked_step(out, step)
+            steps.append(StepRecord(step=step, loss=loss, grad_norm=grad_norm,
                                     step_time_s=time.perf_counter() - t0))
-    after = engine.forward(batch)
+    after = checked_tokens(engine.forward(batch), rank, expected, "forward (after training)")
     applied = engine.applied_kwargs()
     engine.teardown()
     if rank == 0:
         record = RunRecord(
             run_id=job.run_id, scenario_hash=scenario.content_hash(), status="ok", steps=steps,
-            tensors={"logprobs_before": before.logprobs.float(), "entropy_before": before.entropy.float(),
-                     "logprobs_after": after.logprobs.float(), "response_mask": clean.response_mask},
+            tensors={"logprobs_before": before.logprobs, "entropy_before": before.entropy,
+                     "logprobs_after": after.logprobs, "response_mask": clean.response_mask},
             forward_time_s=forward_time, peak_memory_bytes=devices.peak_memory_bytes(scenario.device),
             applied_kwargs=applied, provenance={**job.provenance, **_rank_provenance(scenario.device)},
             compute_time_s=time.perf_counter() - started)
         record.save(Path(job.record_dir))
     dist.barrier()
+
+
+class EngineOutputError(TypeError):
+    """An engine returned something other than the contract's types (the run ERRORs naming the method)."""
+
+
+def checked_tokens(out: Any, rank: int, shape: tuple[int, ...], call: str) -> Any:
+    """Rank 0's TokenOutputs as fp32 CPU tensors of the batch's [B, R] shape. Non-finite VALUES pass (the
+    comparison FAILs them, naming the metric); a wrong type, shape or dtype is the engine's error."""
+    import torch
+
+    from parity.harness.contract.engine import TokenOutputs
+
+    if rank != 0:
+        return out
+    where = f"Engine.{call}"
+    if not isinstance(out, TokenOutputs):
+        raise EngineOutputError(f"{where} returned {type(out).__name__} on rank 0, expected TokenOutputs")
+    fields = {}
+    for name in ("logprobs", "entropy"):
+        value = getattr(out, name)
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            kind = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
+            raise EngineOutputError(f"{where}: {name} is {kind}, expected a floating-point tensor")
+        if tuple(value.shape) != shape:
+            raise EngineOutputError(f"{where}: {name} has shape {list(value.shape)}, expected [B, R] = {list(shape)}")
+        fields[name] = value.detach().float().cpu()
+    return TokenOutputs(**fields)
+
+
+def checked_step(out: Any, step: int) -> tuple[float, float]:
+    """(loss, grad_norm) as plain floats: a float, int or one-element tensor is accepted, anything else is the
+    engine's error."""
+    import torch
+
+    from parity.harness.contract.engine import StepOutput
+
+    where = f"Engine.train_step (step {step})"
+    if not isinstance(out, StepOutput):
+        raise EngineOutputError(f"{where} returned {type(out).__name__} on rank 0, expected StepOutput")
+    values = []
+    for name in ("loss", "grad_norm"):
+        value = getattr(out, name)
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex:
+            value = value.detach().item()
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise EngineOutputError(f"{where}: StepOutput.{name} is {type(value).__name__} {value!r:.60}, "
+                                    "expected a float")
+        values.append(float(value))
+    return values[0], values[1]
 
 
 def _broadcast(tensor: Any, rank: int) -> Any:
@@ -135,13 +188,21 @@ def failure_marker(record_dir: str | Path, rank: int) -> Path:
     return Path(record_dir) / f"rank{rank}.failed"
 
 
+def failure_message(record_dir: str | Path, rank: int) -> str:
+    """The exception a failed rank recorded in its marker ('' if none)."""
+    try:
+        return failure_marker(record_dir, rank).read_text().partition("\n")[2].strip()
+    except OSError:
+        return ""
+
+
 def exit_after(marker: Path, fn: Any, *args: Any) -> None:
     """Run a rank body; on any exception print it, write `marker`, and exit HARD (no barrier, no atexit) so peers
     are not left waiting in a collective and the launcher sees a non-zero exit at once."""
     try:
         fn(*args)
-    except BaseException:
-        marker.write_text(repr(time.time()))
+    except BaseException as exc:
+        marker.write_text(f"{time.time()!r}\n{type(exc).__name__}: {exc}"[:2000])
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -6,12 +6,13 @@ failing check is a reason that names the metric, the step, the observed value an
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge.compare import SeriesDiff, error_ratio, series_rel_diff, token_diff
+from parity.harness.judge.distribution import histograms
+from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
 from parity.harness.judge.tolerances import RATIO_FLOOR_ABS, RATIO_FLOOR_REL, Limits, limits_for
 from parity.harness.run.records import RunRecord
 
@@ -86,11 +87,12 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
         reasons.append(f"dropped engine kwargs: {', '.join(dropped)} (accepted but never applied by the engine)")
     if differing := kwargs_not_as_given(scenario, candidate):
         reasons.append(f"engine kwargs not applied as given: {'; '.join(differing)}")
-    metrics |= {"step_time_s": _mean([s.step_time_s for s in candidate.steps]),
-                "forward_time_s": candidate.forward_time_s,
-                "peak_memory_mb": candidate.peak_memory_bytes / 2**20,
-                "wall_time_s": candidate.wall_time_s, "compute_time_s": candidate.compute_time_s,
-                "applied_kwargs": candidate.applied_kwargs}
+    metrics |= perf_metrics(candidate, scenario.dtype, scenario.layout.world_size)
+    if scenario.reference.startswith("golden:"):  # a stored run on the reference device: speed side by side
+        metrics["vs_reference"] = versus_reference(metrics, reference_perf(reference))
+    metrics |= {"wall_time_s": candidate.wall_time_s, "compute_time_s": candidate.compute_time_s,
+                "applied_kwargs": candidate.applied_kwargs, "series": step_series(candidate, reference),
+                "logprob_abs_hist": histograms(candidate.tensors, reference.tensors)}
     info = scenario_info(scenario) | {"provenance": candidate.provenance}
     return Verdict(scenario.id, "FAIL" if reasons else "PASS", reasons, metrics, checks, info)
 
@@ -158,6 +160,3 @@ def kwargs_not_as_given(scenario: Scenario, record: RunRecord) -> list[str]:
                 differing.append(f"{block}.{key} requested {requested!r}, effective {applied[key]!r}")
     return differing
 
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan

@@ -33,6 +33,13 @@ class RunRecord:
     """logprobs_before / entropy_before / logprobs_after: [B, R] fp32; response_mask: [B, R]."""
     forward_time_s: float = 0.0
     peak_memory_bytes: int = 0
+    """Rank 0's peak (device allocator; resident set size on CPU)."""
+    peak_memory_per_rank: list[int] = field(default_factory=list)
+    """Every rank's peak, by rank."""
+    tokens_per_step: int = 0
+    """Real (unpadded) tokens of the global batch one step trains on."""
+    flops_per_token: float = 0.0
+    """Training FLOPs per token (harness/config/flops.py); 0 when unknown."""
     applied_kwargs: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     error: str | None = None

@@ -48,6 +48,7 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
     import torch.distributed as dist
 
     from parity.harness.config import devices
+    from parity.harness.config.flops import train_flops_per_token
     from parity.harness.config.models import ensure_checkpoint, model_shape
     from parity.harness.config.registry import load_engine_class
     from parity.harness.contract.engine import EngineContext
@@ -94,13 +95,18 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
     after = checked_tokens(engine.forward(batch), rank, expected, "forward (after training)")
     applied = engine.applied_kwargs()
     engine.teardown()
+    peaks = [0] * world_size
+    dist.all_gather_object(peaks, devices.peak_memory_bytes(scenario.device))
     if rank == 0:
         record = RunRecord(
             run_id=job.run_id, scenario_hash=scenario.content_hash(), status="ok", steps=steps,
             tensors={"logprobs_before": before.logprobs, "entropy_before": before.entropy,
                      "logprobs_after": after.logprobs, "response_mask": clean.response_mask},
-            forward_time_s=forward_time, peak_memory_bytes=devices.peak_memory_bytes(scenario.device),
-            applied_kwargs=applied, provenance={**job.provenance, **_rank_provenance(scenario.device)},
+            forward_time_s=forward_time, peak_memory_bytes=peaks[0], peak_memory_per_rank=peaks,
+            tokens_per_step=int(clean.attention_mask.sum()),
+            flops_per_token=train_flops_per_token(checkpoint, int(clean.input_ids.shape[1])),
+            applied_kwargs=applied, provenance={**job.provenance, **_rank_provenance(scenario.device),
+                                                "dtype": scenario.dtype, "world_size": world_size},
             compute_time_s=time.perf_counter() - started)
         record.save(Path(job.record_dir))
     dist.barrier()
@@ -179,7 +185,8 @@ def _rank_provenance(device: str) -> dict[str, Any]:
         from parity.harness.config.devices import device_module
 
         name = device_module(device).get_device_name()
-    return {"versions": versions, "device_name": name, "host": socket.gethostname()}
+    image = os.environ.get("PARITY_IMAGE")  # the container image a CI lane runs in, when it says
+    return {"versions": versions, "device_name": name, "host": socket.gethostname(), "image": image}
 
 
 def failure_marker(record_dir: str | Path, rank: int) -> Path:

@@ -1,6 +1,6 @@
 """`parity plan`: what each scenario would launch — world size, nodes, the torchrun command per node, card
-assignment and environment — printed without running, so a reviewer can check an Ascend job before it
-spends runner hours."""
+assignment, environment and a per-rank memory estimate against the card's HBM — printed without running, so a
+reviewer can check an Ascend job before it spends runner hours."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.harness.config.devices import DEVICE_KINDS
+from parity.harness.config.memory import plan_for
 from parity.harness.config.selection import scenario_files, select
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
@@ -55,6 +56,10 @@ def render(scenario: Scenario, plans: list[NodePlan]) -> str:
              f"ulysses({lay.ulysses}); vpp {lay.vpp}, ep {lay.ep}, etp {lay.etp}, sequence_parallel "
              f"{lay.sequence_parallel}; {lay.nodes} node(s) x {lay.ranks_per_node} ranks; "
              f"backend {DEVICE_KINDS[scenario.device].backend}"]
+    memory = plan_for(scenario)
+    lines.append(f"  memory: {memory.render()}" if memory else
+                 f"  memory: unknown (no config.json for {scenario.model} here; a directory with the model's "
+                 "config.json is enough)")
     for plan in plans:
         cards = ",".join(map(str, plan.cards)) or "none (cpu)"
         lines += [f"  node {plan.node}: cards {cards}",

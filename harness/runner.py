@@ -20,7 +20,7 @@ from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge.reference import baseline_scenario, cache_key, golden_dir, reference_scenario
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, skipped
-from parity.harness.run.cards import CardPool
+from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
 from parity.harness.run.launch import ForkedLauncher, LaunchResult, TorchrunLauncher
 from parity.harness.run.records import RunRecord
 from parity.harness.run.worker import RunJob
@@ -150,7 +150,7 @@ class Runner:
                       cache_dir=str(self.options.cache_dir.resolve()),
                       provenance={"harness_commit": self._commit, "scenario_hash": scenario.content_hash(),
                                   "launcher": self._launcher_name(scenario),
-                                  "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
+                                  "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
 
     def execute(self, scenario: Scenario, run_id: str, record_dir: Path) -> RunRecord:
         """Launch one run and collect its RunRecord (a failed one when the ranks did not finish)."""
@@ -179,7 +179,11 @@ class Runner:
         lease = None
         if scenario.device != "cpu":
             count, _ = devices.availability(scenario.device)
-            lease = CardPool(scenario.device, count).lease(scenario.layout.ranks_per_node, scenario.timeout)
+            try:  # one card per rank started here, or nothing starts
+                ranks = host_ranks(scenario.layout, self.options.node_rank, scenario.device)
+                lease = CardPool(scenario.device, count).lease(ranks, scenario.timeout)
+            except Oversubscribed as exc:
+                return LaunchResult("error", 0.0, f"refused to launch: {exc}")
             job = replace(job, visible_devices=lease.visible_env(scenario.device))
         try:
             if self._launcher_name(scenario) == "torchrun":

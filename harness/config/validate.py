@@ -9,11 +9,13 @@ while a missing model path or too few cards for a scenario that would otherwise 
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 from parity.harness.config import devices
 from parity.harness.config.errors import ScenarioError
+from parity.harness.config.memory import plan_for
 from parity.harness.config.models import ModelShape, expand_model_path, is_tiny, model_shape
 from parity.harness.config.registry import check_environment as check_spec_environment
 from parity.harness.config.registry import engine_import_problem, spec_for
@@ -27,6 +29,23 @@ def check_scenario(scenario: Scenario) -> None:
     if errors:
         key, message = errors[0]
         raise ScenarioError(message, file=scenario.source, scenario=scenario.id, key=key)
+    check_memory(scenario)
+
+
+class MemoryPlanWarning(UserWarning):
+    """A scenario whose per-rank memory estimate exceeds the card's usable HBM (likely OOM)."""
+
+
+def check_memory(scenario: Scenario) -> None:
+    """On an accelerator: a per-rank estimate above the card's HBM is a warning (the estimate is coarse); states
+    alone far above it (harness/config/memory.py IMPOSSIBLE_MULTIPLE) are bad input."""
+    if scenario.device == "cpu" or scenario.broken or (plan := plan_for(scenario)) is None:
+        return
+    if plan.level == "impossible":
+        raise ScenarioError(f"cannot fit: {plan.render()}", file=scenario.source, scenario=scenario.id, key="layout")
+    if plan.level == "over":
+        warnings.warn(f"{scenario.source}, scenario {scenario.id}: per-rank memory plan {plan.render()}",
+                      MemoryPlanWarning, stacklevel=2)
 
 
 def layout_errors(scenario: Scenario) -> list[tuple[str, str]]:

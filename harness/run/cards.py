@@ -12,8 +12,28 @@ from pathlib import Path
 from typing import IO
 
 from parity.harness.config.devices import DEVICE_KINDS
+from parity.harness.contract.schema import Layout
 
 DEFAULT_LOCK_DIR = Path(os.environ.get("PARITY_CARD_LOCK_DIR", "/tmp/parity-cards"))
+
+
+class Oversubscribed(ValueError):
+    """More ranks would start on this host than it has cards: two ranks would share a card (or HCCL would fail
+    at the first collective). Never launched."""
+
+
+def host_ranks(layout: Layout, node_rank: int | None, device: str) -> int:
+    """Ranks one `parity run` starts on this host: one node's with --node-rank, every node's without. On an
+    accelerator a multi-node layout without --node-rank is refused: each node's torchrun would number its ranks
+    from local rank 0 on the same cards."""
+    if node_rank is not None or layout.nodes == 1:
+        return layout.ranks_per_node
+    if device != "cpu":
+        raise Oversubscribed(f"layout spans {layout.nodes} nodes x {layout.ranks_per_node} ranks but no --node-rank "
+                             f"was given, so every node would start on this host on the same {device} cards; run "
+                             "`parity run ... --node-rank N --master-addr HOST --master-port PORT` on each node "
+                             "(`parity plan` prints the commands) or make it one node")
+    return layout.world_size
 
 
 @dataclass(slots=True)
@@ -47,7 +67,9 @@ class CardPool:
 
     def try_lease(self, count: int) -> CardLease | None:
         if count > len(self.physical):
-            raise ValueError(f"{count} {self.device} cards requested, the pool has {len(self.physical)}")
+            raise Oversubscribed(f"{count} {self.device} ranks would start on this host but it has "
+                                 f"{len(self.physical)} {self.device} cards ({','.join(map(str, self.physical))}); "
+                                 "one rank per card: use a runner with more cards or a smaller layout")
         lease = CardLease(())
         taken = []
         for card in self.physical:

@@ -19,14 +19,18 @@ MindSpeed requires for its pre-import patches.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
-from collections.abc import Collection
+import sys
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from parity.engines.fused_ops import COUNTER
 from parity.engines.megatron.rules import expert_tensor_parallel
+from parity.engines.mindspeed_env import find_mindspeed, megatron_pairing_problem
 from parity.engines.specs import MINDSPEED_MEGATRON
 from parity.harness.contract.engine import Engine, EngineContext
 from parity.harness.contract.schema import Scenario
@@ -38,11 +42,15 @@ from parity.harness.contract.spec import module_present
 CP_ALGORITHMS: tuple[str, ...] = ("megatron_cp_algo", "kvallgather_cp_algo")
 
 #: defaults this engine sets in MindSpeed's args unless mcore_kwargs say otherwise. verl turns flash attention
-#: on for every MindSpeed run; MindSpeed's CP validation forces it on anyway.
+#: on for every MindSpeed run; MindSpeed's CP validation forces it on anyway. attention_mask_type 'general': the
+#: engine passes its [b, 1, s, s] causal + left-padding mask, and MindSpeed's flash attention maps 'general' to
+#: sparse_mode 1 (the given full mask) and 'causal' to sparse_mode 2, which requires the compressed 2048x2048
+#: causal mask instead (mindspeed/te/pytorch/attention/dot_product_attention/backend.py get_fa_config): a padding
+#: mask with sparse_mode 2 breaks npu_fusion_attention's contract (docs/ascend.md, "The emulated lane").
 MINDSPEED_DEFAULTS: dict[str, Any] = {
     "use_flash_attn": True,
     "context_parallel_algo": "megatron_cp_algo",
-    "attention_mask_type": "causal",
+    "attention_mask_type": "general",
 }
 
 
@@ -116,8 +124,26 @@ class _MindSpeedMegatronMixin:
 
     def setup(self) -> None:
         MINDSPEED_MEGATRON.require()
+        if problem := megatron_pairing_problem():
+            raise RuntimeError(f"mindspeed_megatron: {problem}")
+        COUNTER.reset()
         super().setup()  # type: ignore[misc]
         self._verify_context_parallel()
+
+    def run_provenance(self) -> dict[str, Any]:
+        """What ran underneath, for the RunRecord: which MindSpeed, how many of its patches and which of its
+        features were applied, and the fused ops called on this rank (rank 0's record)."""
+        from mindspeed.args_utils import get_full_args
+        from mindspeed.features_manager.features_manager import MindSpeedFeaturesManager
+        from mindspeed.patch_utils import MindSpeedPatchesManager
+
+        source = find_mindspeed()
+        args = get_full_args()
+        features = sorted({f.feature_name for f in MindSpeedFeaturesManager.FEATURES_LIST if f.is_need_apply(args)})
+        patches = [name for name, p in MindSpeedPatchesManager.patches_info.items() if p.is_applied]
+        return {"mindspeed": {**(source.as_dict() if source else {}), "patches": len(patches),
+                              "features": features, "fused_ops": COUNTER.counts(),
+                              "fused_ops_source": "emulated torch_npu" if COUNTER.emulated else "torch_npu"}}
 
     def prepare_megatron(self) -> None:
         """Runs before initialize_model_parallel: make MindSpeed's args say what the scenario says."""
@@ -138,10 +164,20 @@ class _MindSpeedMegatronMixin:
             raise RuntimeError(f"MindSpeed's args did not take the repatch (wanted, got): {wrong}")
         self._mindspeed_plan, self._mindspeed_effective = plan, effective
 
+    def use_transformer_engine(self) -> bool:
+        """The TE spec, always: it is the path NPUs take. MindSpeed's adaptor puts its own stand-ins behind
+        Megatron's TE classes (fused norm, swiglu, grouped matmul, flash attention with its CP algorithms), so
+        they run, on the device or under the emulated torch_npu."""
+        return True
+
+    def context_parallel_attention(self) -> type | None:
+        """Never the Megatron engine's CPU gather attention: with cp > 1 MindSpeed's own CP attention
+        (MindSpeedCPDotProductAttention, patched in for the scenario's context_parallel_algo) must run."""
+        return None
+
     def _transformer_impl(self) -> str:
-        """What MindSpeed's CP patches must assume: the spec the Megatron engine itself picks (TE where
-        transformer_engine imports — on NPU, MindSpeed's adaptor provides it — and CP is 1, else local)."""
-        return "transformer_engine" if self.use_transformer_engine() else "local"  # type: ignore[attr-defined]
+        """What MindSpeed's CP patches must assume: the spec this engine builds."""
+        return "transformer_engine" if self.use_transformer_engine() else "local"
 
     def _mindspeed_only(self) -> set[str]:
         plan = getattr(self, "_mindspeed_plan", None)
@@ -223,9 +259,32 @@ def _megatron_base() -> type[Engine]:
                     {"__module__": __name__, "import_error": f"{type(exc).__name__}: {exc}"})
 
 
+@contextlib.contextmanager
+def clean_argv() -> Iterator[None]:
+    """MindSpeed parses sys.argv into its feature args (`get_mindspeed_args`, cached) when its adaptor is
+    imported. A rank inherits its launcher's argv (`pytest -k ...`, `parity run -k ...`); MindSpeed turns '-k'
+    into an arg named '' and its patched TransformerConfig.__init__ dies ("Field names must be valid
+    identifiers"). The scenario, not the command line, says what MindSpeed turns on: parse an empty one."""
+    saved = sys.argv
+    sys.argv = saved[:1]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def import_adaptor() -> None:
+    """Import MindSpeed's megatron adaptor (before Megatron: its pre-import patches), its args parsed from a
+    clean command line and cached so that later reads never see the launcher's argv."""
+    with clean_argv():
+        importlib.import_module("mindspeed.megatron_adaptor")
+        importlib.import_module("mindspeed.args_utils").get_mindspeed_args()
+
+
 def _build_engine_class() -> type[Engine]:
     if module_present("mindspeed.megatron_adaptor") and module_present("torch_npu"):
-        importlib.import_module("mindspeed.megatron_adaptor")  # before Megatron: its pre-import patches
+        COUNTER.install()  # before MindSpeed binds anything
+        import_adaptor()
     base = _megatron_base()
     return type("MindSpeedMegatronEngine", (_MindSpeedMegatronMixin, base),
                 {"__module__": __name__, "__doc__": "The Megatron engine with MindSpeed's adaptor, repatched "

@@ -7,7 +7,8 @@ What it is
 - `EMULATED = True` marks it; `__version__` ends in "+emulated".
 
 What it is not
-- Not a device: tensors stay CPU tensors; `torch.npu` (set on import, as the real package does) reports no device
+- Not a device: tensors stay CPU tensors (a `device='npu'` keyword or `.to('npu')` lands on the CPU: _device.py,
+  a TorchFunctionMode entered at import); `torch.npu` (set on import, as the real package does) reports no device
   (`is_available()` False), its streams/events are no-ops, `transfer_to_npu` patches nothing.
 - Not the kernels: numerics are fp32 references (no bf16 accumulation, no inner_precise), no dropout, no HCCL.
 - Anything it does not implement is REFUSED: unimplemented arguments raise NotImplementedError
@@ -21,7 +22,7 @@ PYTHONPATH explicitly.
 """
 import torch
 
-from . import _C, _attention, _ops, contrib, emulation, npu, utils  # noqa: F401
+from . import _C, _attention, _device, _ops, contrib, emulation, npu, utils  # noqa: F401
 from .emulation import EMULATED, call_counts, counted, reset_counts  # noqa: F401 - the public names
 
 __version__ = "2.7.1+emulated"
@@ -50,6 +51,8 @@ del _name, _fn
 
 # torch.npu, as the real torch_npu installs it
 torch.npu = npu
+# device='npu' -> CPU for the rest of the process (_device.py)
+_device.install()
 
 
 def __getattr__(name):

@@ -65,7 +65,20 @@ def manual_seed_all(seed):
     manual_seed(seed)
 
 
-default_generators = (torch.default_generator,)
+class _Generators(tuple):
+    """(torch.default_generator,), also indexed by what `current_device()` returns here (torch.device('cpu')):
+    MindSpeed indexes it with `torch.cuda.current_device()`, which the CPU shim of the Megatron engine answers
+    with torch.device('cpu') (engines/megatron/cpu_compat.py)."""
+
+    def __getitem__(self, index):
+        if isinstance(index, torch.device):
+            if index.type != "cpu":
+                refuse("npu.default_generators", f"index {index!r}")
+            index = 0
+        return super().__getitem__(index)
+
+
+default_generators = _Generators((torch.default_generator,))
 
 
 def _lazy_call(callable, **kwargs):

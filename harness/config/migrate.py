@@ -1,5 +1,6 @@
 """`parity migrate FILE...`: rewrite historic names in scenario files in place (comments kept);
-`--check` only reports and exits 1 when a file still uses an old name (a CI gate)."""
+`--check` only reports and exits 1 when a file still uses an old name (a CI gate). Both say which verl version's
+vocabulary each `verl:` block uses (harness/config/verl_config.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.registry import RETIRED
 from parity.harness.config.renames import RENAMED_KEYS
+from parity.harness.config.verl_config import vocabulary
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,18 @@ def _rename_strategy(node: Any, key: str, value: Any, path: str) -> list[Change]
     return []
 
 
+def verl_blocks(tree: Any) -> list[tuple[str, str]]:
+    """(where, vocabulary) of every `verl:` block in a scenario file tree (read before it is migrated)."""
+    defaults = tree.get("defaults") if isinstance(tree, dict) else None
+    device = defaults.get("device") if isinstance(defaults, dict) else None
+    entries = tree.get("matrix") if isinstance(tree, dict) else None
+    found = []
+    for index, entry in enumerate(entries if isinstance(entries, list) else []):
+        if isinstance(entry, dict) and isinstance(entry.get("verl"), dict):
+            found.append((f"matrix[{index}].verl", vocabulary(dict(entry["verl"]), entry.get("device", device))))
+    return found
+
+
 def migrate_file(path: Path, write: bool) -> list[Change]:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
@@ -72,6 +86,8 @@ def migrate_file(path: Path, write: bool) -> list[Change]:
         tree = yaml.load(path.read_text())
     except (OSError, YAMLError) as exc:
         raise ScenarioError(f"cannot migrate: {exc}", file=str(path)) from None
+    for where, words in verl_blocks(tree):
+        print(f"{path}: {where}: {words}")
     try:
         changes = migrate_tree(tree)
     except ScenarioError as exc:

@@ -68,7 +68,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         results_file.reset(out)
         for result in merged:
             results_file.append(out, result)
-    publish(out, merged)
+    publish(out, merged, page=args.html)
     return EXIT_FAILED if any(r["verdict"] in ("FAIL", "ERROR") for r in merged) else EXIT_OK
 
 
@@ -107,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="re-render and merge results.jsonl of one or more out dirs (shards)")
     rep.add_argument("dirs", nargs="+")
     rep.add_argument("--out", default="parity-report")
+    rep.add_argument("--html", action="store_true", help="also write OUT/report.html (tables, plots; one file)")
     rep.set_defaults(func=cmd_report)
     eng = sub.add_parser("engines", help="the engine specs: layout dims, kwargs, devices, requirements here")
     eng.set_defaults(func=cmd_engines)

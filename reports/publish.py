@@ -6,17 +6,23 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from parity.reports import html
 from parity.reports.markdown import append_step_summary, render, write_summary
 from parity.reports.terminal import print_report
 
 
 def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None = None,
-            stream: TextIO | None = None) -> Path:
-    """Terminal table, OUT/summary.md, and $GITHUB_STEP_SUMMARY when set. Returns the summary path."""
+            stream: TextIO | None = None, page: bool = True, trends: dict[str, str] | None = None,
+            drift: list[str] | None = None) -> Path:
+    """Terminal table, OUT/summary.md, OUT/report.html (unless page=False), and $GITHUB_STEP_SUMMARY when set.
+    Returns the summary path."""
     stream = stream or sys.stdout
     print_report(results, wall_s, stream)
     text = render(results, wall_s)
     path = write_summary(out_dir, text)
     append_step_summary(text)
-    print(f"summary: {path}  results: {out_dir / 'results.jsonl'}", file=stream)
+    where = f"summary: {path}  results: {out_dir / 'results.jsonl'}"
+    if page:
+        where += f"  report: {html.write(out_dir, html.render(results, wall_s, trends=trends, drift=drift))}"
+    print(where, file=stream)
     return path

@@ -1,11 +1,13 @@
-"""Terminal output: one progress line per finished scenario, then the table and the reasons."""
+"""Terminal output: one progress line per finished scenario, then the narrow table (full metrics are in the
+files) and the reasons."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from typing import Any, TextIO
 
-from parity.reports.table import overhead_line, parity_table, reasons_block, summary_line
+from parity.reports.table import narrow_table, overhead_line, reasons_block, summary_line
 
 
 def progress_line(index: int, total: int, result: dict[str, Any]) -> str:
@@ -19,7 +21,7 @@ def progress_line(index: int, total: int, result: dict[str, Any]) -> str:
 def print_report(results: list[dict[str, Any]], wall_s: float | None = None, stream: TextIO | None = None) -> None:
     stream = stream or sys.stdout
     print("", file=stream)
-    print(parity_table(results, fmt="simple"), file=stream)
+    print(narrow_table(results, shutil.get_terminal_size((120, 24)).columns), file=stream)
     print("", file=stream)
     for run_id, verdict, reasons in reasons_block(results):
         print(f"{verdict} {run_id}", file=stream)

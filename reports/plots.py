@@ -1,0 +1,97 @@
+"""matplotlib figures for the HTML report, returned as base64 PNG so the page is one self-contained file.
+
+Every figure reads only verdict JSON (results.jsonl): the per-step series and the |Δ log-prob| histogram the
+judge stores in `metrics`, and the metrics of earlier runs for trends.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: CI runners and ranks have none
+import matplotlib.pyplot as plt  # after the backend is chosen
+from matplotlib.ticker import MaxNLocator
+
+DPI = 72
+CANDIDATE, REFERENCE = "#1f77b4", "#ff7f0e"
+
+
+def _png(fig: Any) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def scenario_figure(result: dict[str, Any]) -> str | None:
+    """Per-step loss and pre-clip grad norm (candidate vs reference) and the per-token |Δ log-prob| histogram
+    before / after training; None when the result holds none of them (SKIP, ERROR)."""
+    metrics = result.get("metrics") or {}
+    series, hist = metrics.get("series"), metrics.get("logprob_abs_hist")
+    if not series and not hist:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(11, 2.6))
+    for ax, key, title in ((axes[0], "loss", "loss"), (axes[1], "grad_norm", "pre-clip grad norm")):
+        if series:
+            steps = range(1, len(series[key]) + 1)
+            ax.plot(steps, series[key], "o-", color=CANDIDATE, label=result.get("strategy", "candidate"))
+            ax.plot(range(1, len(series[f"reference_{key}"]) + 1), series[f"reference_{key}"], "x--",
+                    color=REFERENCE, label=result.get("reference") or "reference")
+            ax.set_xlabel("step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.legend(fontsize=7)
+        ax.set_title(title, fontsize=9)
+    _histogram(axes[2], hist)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _histogram(ax: Any, hist: dict[str, Any] | None) -> None:
+    ax.set_title("per-token |Δ log-prob| vs reference", fontsize=9)
+    if not hist:
+        return
+    edges = hist["edges"]
+    centers = [math.log10(e) for e in edges[:-1]]
+    width = math.log10(edges[1]) - math.log10(edges[0])
+    for phase, color, label in (("logprobs_before", CANDIDATE, "before"), ("logprobs_after", REFERENCE, "after")):
+        counts = hist[phase]["counts"]
+        ax.bar(centers, counts, width=width, align="edge", alpha=0.55, color=color,
+               label=f"{label} (exact/below: {hist[phase]['below']}, above/non-finite: {hist[phase]['above']})")
+    ax.set_xlabel("log10 |Δ|")
+    ax.set_ylabel("tokens")
+    ax.legend(fontsize=6)
+
+
+def layouts_figure(model: str, dtype: str, values: dict[str, float]) -> str:
+    """Max |Δ log-prob| of each strategy/layout of one model and dtype, side by side (log scale)."""
+    labels = list(values)
+    heights = [max(values[label], 1e-12) for label in labels]  # an exact match shows at the floor
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(labels) + 1.5), 2.8))
+    ax.bar(range(len(labels)), heights, color=CANDIDATE)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_title(f"{model} {dtype}: max |Δ log-prob| by strategy / layout", fontsize=9)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def trend_figure(run_id: str, labels: list[str], series: dict[str, list[float | None]],
+                 flagged: dict[str, int]) -> str:
+    """One panel per metric over earlier runs; a red marker at the run where a change was flagged."""
+    names = [name for name, values in series.items() if any(v is not None for v in values)]
+    fig, axes = plt.subplots(1, max(len(names), 1), figsize=(2.6 * max(len(names), 1) + 0.5, 2.4), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=False):
+        xs = [i for i, v in enumerate(series[name]) if v is not None]
+        ax.plot(xs, [series[name][i] for i in xs], "o-", color=CANDIDATE, markersize=3)
+        if name in flagged:
+            ax.plot([flagged[name]], [series[name][flagged[name]]], "o", color="red", markersize=7)
+        ax.set_title(name, fontsize=8)
+        ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=6)
+    fig.suptitle(run_id, fontsize=8)
+    fig.tight_layout()
+    return _png(fig)

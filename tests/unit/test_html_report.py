@@ -1,0 +1,32 @@
+"""report.html: every scenario has its row (coloured by verdict) and its plots; layouts side by side."""
+
+from __future__ import annotations
+
+from parity.reports import html
+from tests.unit.report_pages import RESULTS, Page, missing
+
+
+def test_every_scenario_has_its_row_and_images():
+    page = Page(html.render(RESULTS, wall_s=3.0))
+    assert missing(page, RESULTS) == []
+    assert page.rows["tiny-qwen3/fsdp2/dp2/fp32/cpu+grad_scale"] == "FAIL"
+    assert page.rows["tiny-llama/mindspeed_fsdp/dp2/bf16/cpu"] == "SKIP"
+    assert page.images["tiny-qwen3/fsdp2/dp2/fp32/cpu"] == 1  # loss, grad norm and histogram in one figure
+    assert page.layout_images == 1  # fsdp2 dp2 vs megatron tp2 (the fault twin stays out)
+
+
+def test_the_check_notices_a_page_that_lost_a_scenario():
+    page = Page(html.render(RESULTS[1:]))
+    lost = RESULTS[0]["id"]
+    assert missing(page, RESULTS) == [f"{lost}: no row", f"{lost}: no image"]
+
+
+def test_text_is_escaped():
+    evil = RESULTS[0] | {"id": "tiny-qwen3/fsdp2/dp2/fp32/cpu+<script>", "reasons": ["<b>x</b>"], "verdict": "FAIL"}
+    text = html.render([evil])
+    assert "<script>\n" not in text.split("<script>", 1)[0] and "&lt;script&gt;" in text and "&lt;b&gt;" in text
+
+
+def test_trends_and_drift_lines_are_shown():
+    text = html.render(RESULTS[:1], trends={RESULTS[0]["id"]: "AAAA"}, drift=["step time +15% at run-3"])
+    assert Page(text).images[RESULTS[0]["id"]] == 2 and "step time +15% at run-3" in text

@@ -5,12 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 
+def _levels(config: Any) -> list[Any]:
+    """The config itself, then its text_config (multimodal models keep the language model's settings there)."""
+    text = getattr(config, "text_config", None)
+    return [config] if text is None else [config, text]
+
+
 def get_rope_theta(config: Any) -> float:
-    """rope_theta as a float for transformers 4 (`config.rope_theta`) and 5 (`config.rope_parameters`)."""
-    params = getattr(config, "rope_parameters", None)
-    if isinstance(params, dict) and "rope_theta" in params:
-        return float(params["rope_theta"])
-    return float(config.rope_theta)
+    """rope_theta as a float, resolved as verl's `get_hf_rope_theta` does (verl/utils/transformers_compat.py):
+    `rope_theta` on the config or its text_config (transformers 4), else `rope_parameters` of the config or its
+    text_config (transformers 5), flat or nested per attention type (the first nested entry that has one)."""
+    for level in _levels(config):
+        value = getattr(level, "rope_theta", None)
+        if value is not None:
+            return float(value)
+    params = next((p for p in (getattr(level, "rope_parameters", None) for level in _levels(config))
+                   if p is not None), None)
+    if isinstance(params, dict):
+        if "rope_theta" in params:
+            return float(params["rope_theta"])
+        for nested in params.values():
+            if isinstance(nested, dict) and "rope_theta" in nested:
+                return float(nested["rope_theta"])
+    raise AttributeError(f"{type(config).__name__} has no rope_theta and no rope_parameters['rope_theta'] (on "
+                         "itself or its text_config): cannot determine the RoPE base")
 
 
 def set_rope_theta(config: Any, value: float) -> None:

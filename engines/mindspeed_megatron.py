@@ -41,6 +41,11 @@ from parity.harness.contract.spec import module_present
 #: (mindspeed/core/context_parallel/get_batch_utils.py), so they would see a wrongly ordered sequence.
 CP_ALGORITHMS: tuple[str, ...] = ("megatron_cp_algo", "kvallgather_cp_algo")
 
+#: the core attention MindSpeed patches in place of Megatron's (TE)DotProductAttention for cp > 1, per algorithm
+#: (mindspeed/features_manager/context_parallel/context_parallel_feature.py register_patches)
+CP_ATTENTION_CLASSES: dict[str, str] = {"megatron_cp_algo": "MindSpeedCPDotProductAttention",
+                                        "kvallgather_cp_algo": "TEDotProductAttention"}
+
 #: defaults this engine sets in MindSpeed's args unless mcore_kwargs say otherwise. verl turns flash attention
 #: on for every MindSpeed run; MindSpeed's CP validation forces it on anyway. attention_mask_type 'general': the
 #: engine passes its [b, 1, s, s] causal + left-padding mask, and MindSpeed's flash attention maps 'general' to
@@ -142,6 +147,7 @@ class _MindSpeedMegatronMixin:
         features = sorted({f.feature_name for f in MindSpeedFeaturesManager.FEATURES_LIST if f.is_need_apply(args)})
         patches = [name for name, p in MindSpeedPatchesManager.patches_info.items() if p.is_applied]
         return {"mindspeed": {**(source.as_dict() if source else {}), "patches": len(patches),
+                              "attention": self.built_attention(),
                               "features": features, "fused_ops": COUNTER.counts(),
                               "fused_ops_source": "emulated torch_npu" if COUNTER.emulated else "torch_npu"}}
 
@@ -203,15 +209,38 @@ class _MindSpeedMegatronMixin:
 
     def applied_kwargs(self) -> dict[str, Any]:
         """The Megatron engine's report (TransformerConfig / DDP / optimizer keys), with every key routed to
-        MindSpeed read back from MindSpeed's own args, the namespace its features actually read."""
+        MindSpeed read back from what MindSpeed BUILT: the TransformerConfig its patched __init__ produced (it
+        copies its args onto the config; the attention and fusion modules read them there), never from the args
+        this engine wrote. A key MindSpeed did not carry onto the config is left out: the scenario FAILs with it
+        as a dropped kwarg."""
         applied = dict(super().applied_kwargs())  # type: ignore[misc]
         plan = getattr(self, "_mindspeed_plan", None)
         if plan is None:
             return applied
         mcore = {k: v for k, v in applied.get("mcore_kwargs", {}).items() if k not in plan.rejected}
-        mcore.update({key: self._mindspeed_effective[key] for key, where in plan.routed.items()
-                      if where != "megatron"})
+        config = getattr(self, "config", None)
+        for key in (k for k, where in plan.routed.items() if where != "megatron"):
+            mcore.pop(key, None)
+            if key not in getattr(self, "_dropped", ()) and hasattr(config, key):
+                mcore[key] = getattr(config, key)
         return {**applied, "mcore_kwargs": mcore} if mcore else applied
+
+    def built_attention(self) -> dict[str, Any]:
+        """The core-attention classes MindSpeed's patches instantiated in this rank's model, and the CP
+        algorithm and mask type the config they hold carries (what their forward reads)."""
+        import torch
+
+        classes, algos, masks = set(), set(), set()
+        for chunk in getattr(self, "model", []):
+            for module in chunk.modules():
+                core = getattr(module, "core_attention", None)
+                if isinstance(core, torch.nn.Module):
+                    classes.add(type(core).__qualname__)
+                    held = getattr(core, "config", None)
+                    algos.add(getattr(held, "context_parallel_algo", None))
+                    masks.add(getattr(held, "attention_mask_type", None))
+        return {"core_attention": sorted(classes), "context_parallel_algo": sorted(map(str, algos)),
+                "attention_mask_type": sorted(map(str, masks))}
 
     def _verify_context_parallel(self) -> None:
         """Fail loudly where CP used to stay 1 silently: Megatron's CP group and MindSpeed's ring groups."""
@@ -221,6 +250,12 @@ class _MindSpeedMegatronMixin:
         if parallel_state.get_context_parallel_world_size() != cp:
             raise RuntimeError(f"context-parallel group has {parallel_state.get_context_parallel_world_size()} "
                                f"ranks, the scenario asks for cp={cp}")
+        built, algo = self.built_attention(), self._mindspeed_plan.mindspeed_args["context_parallel_algo"]
+        if cp > 1 and (built["core_attention"] != [CP_ATTENTION_CLASSES[algo]]
+                       or built["context_parallel_algo"] != [algo]):
+            raise RuntimeError(f"cp={cp} with {algo}, but the model's core attention is {built['core_attention']} "
+                               f"running {built['context_parallel_algo']}: MindSpeed's CP patch did not apply "
+                               f"(expected {CP_ATTENTION_CLASSES[algo]})")
         if cp > 1 and self._mindspeed_plan.mindspeed_args["context_parallel_algo"] == "megatron_cp_algo":
             from mindspeed.core.context_parallel import model_parallel_utils
 

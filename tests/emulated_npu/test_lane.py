@@ -1,0 +1,104 @@
+"""The emulated NPU lane: the real MindSpeed source (PARITY_MINDSPEED_SRC) runs scenarios/emulated_npu.yaml on CPU
+over the emulated torch_npu, strict fp32 against the HF reference, and each record must show the NPU path ran.
+Skipped, naming the variable, where PARITY_MINDSPEED_SRC is not set."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.emulated_npu import lane
+
+pytestmark = pytest.mark.emulated_npu
+
+
+@pytest.fixture(scope="module")
+def source() -> Path:
+    return lane.mindspeed_source()
+
+
+@pytest.fixture(scope="module")
+def matrix(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every scenario of the lane file, run through the pytest plugin with -m and -k on the command line: the
+    ranks inherit that argv, which MindSpeed parses at import (its '-k' became a config field named '')."""
+    out = tmp_path_factory.mktemp("lane")
+    done = lane.run_harness(["-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "emulated_npu", "-k",
+                             "mindspeed", str(lane.SCENARIOS), f"--parity-out={out}"], source)
+    found = lane.results(out)
+    assert found, f"the lane wrote no results:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return found
+
+
+def _ran(matrix: dict[str, dict[str, Any]], strategy: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in matrix.items() if f"/{strategy}/" in k and v["verdict"] != "SKIP"}
+
+
+def test_every_scenario_passes_or_skips_for_what_the_tree_lacks(matrix: dict[str, dict[str, Any]]) -> None:
+    for scenario_id, row in matrix.items():
+        if row["verdict"] == "SKIP":  # e.g. mindspeed_fsdp on a tree without mindspeed/fsdp: names the branch
+            assert "branch" in " ".join(row["reasons"]), (scenario_id, row["reasons"])
+        else:
+            assert row["verdict"] == "PASS", (scenario_id, row["reasons"])
+    assert any(row["verdict"] == "PASS" for row in matrix.values())
+
+
+def test_records_show_mindspeed_and_its_fused_attention_ran(matrix: dict[str, dict[str, Any]]) -> None:
+    for scenario_id, row in _ran(matrix, "mindspeed_megatron").items():
+        mindspeed = row["record"]["provenance"]["mindspeed"]
+        assert mindspeed["patches"] > 0 and mindspeed["version"], scenario_id
+        assert mindspeed["fused_ops_source"] == "emulated torch_npu"
+        assert mindspeed["fused_ops"].get("npu_fusion_attention", 0) > 0, (scenario_id, mindspeed["fused_ops"])
+        assert mindspeed["attention"]["attention_mask_type"] == ["general"], scenario_id
+
+
+def test_cp2_runs_mindspeeds_own_context_parallel_attention(matrix: dict[str, dict[str, Any]]) -> None:
+    cp = {k: v for k, v in _ran(matrix, "mindspeed_megatron").items() if "cp2" in k}
+    if not cp:
+        pytest.skip("no cp2 scenario ran with this MindSpeed tree")
+    for scenario_id, row in cp.items():
+        attention = row["record"]["provenance"]["mindspeed"]["attention"]
+        assert attention["core_attention"] == ["MindSpeedCPDotProductAttention"], (scenario_id, attention)
+        assert attention["context_parallel_algo"] == ["megatron_cp_algo"], (scenario_id, attention)
+
+
+PLANTED = """
+description: planted MindSpeed defects (tests/emulated_npu/test_lane.py)
+defaults: {{device: cpu, dtype: fp32, timeout: 300, model: tiny-qwen3, layout: {{tp: 2}},
+            workload: {{batch_size: 4, prompt_len: 16, response_len: 16, steps: 1}}}}
+matrix:
+  - {{strategy: mindspeed_megatron, mcore_kwargs: {{{key}: 1, attention_mask_type: general}}, name: clean}}
+  - {{engine: "tests.emulated_npu.planted:IgnoresOneKwargEngine", mcore_kwargs: {{{key}: 1}}, name: ignores}}
+  - {{strategy: mindspeed_megatron, mcore_kwargs: {{attention_mask_type: causal}}, name: causal}}
+"""
+
+
+@pytest.fixture(scope="module")
+def planted(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    from tests.emulated_npu.planted import IGNORED
+
+    work = tmp_path_factory.mktemp("planted")
+    (work / "planted.yaml").write_text(textwrap.dedent(PLANTED.format(key=IGNORED)))
+    done = lane.run_harness(["-m", "parity", "run", str(work / "planted.yaml"), "--out", str(work / "out")], source)
+    found = {k.split("+")[-1]: v for k, v in lane.results(work / "out").items()}
+    assert set(found) == {"clean", "ignores", "causal"}, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return found
+
+
+def test_a_kwarg_mindspeed_ignores_fails_as_not_applied(planted: dict[str, dict[str, Any]]) -> None:
+    from tests.emulated_npu.planted import IGNORED
+
+    assert planted["clean"]["verdict"] == "PASS", planted["clean"]["reasons"]
+    assert planted["ignores"]["verdict"] == "FAIL"
+    assert any(f"mcore_kwargs.{IGNORED}" in r and "never applied" in r for r in planted["ignores"]["reasons"]), \
+        planted["ignores"]["reasons"]
+
+
+def test_a_padding_mask_with_causal_sparse_mode_breaks_the_fused_attention_contract(
+        planted: dict[str, dict[str, Any]]) -> None:
+    """attention_mask_type causal = sparse_mode 2, which takes the compressed causal mask, not the engine's
+    [b, 1, s, s] padding mask: on a device that is wrong numbers or a kernel error; the emulation refuses it."""
+    assert planted["causal"]["verdict"] == "ERROR"
+    assert "sparse_mode=2 requires" in " ".join(planted["causal"]["reasons"]), planted["causal"]["reasons"]

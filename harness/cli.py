@@ -19,8 +19,8 @@ from parity.harness.judge.verdict import Verdict
 from parity.harness.options import add_options, run_options
 from parity.harness.runner import Runner
 from parity.reports import results as results_file
+from parity.reports.progress import RunProgress
 from parity.reports.publish import publish
-from parity.reports.terminal import progress_line
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -40,10 +40,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = verdict.to_json()
         results_file.append(options.out_dir, result)
         collected.append(result)
-        print(progress_line(len(collected), len(scenarios), result), flush=True)
+        progress.finished(result)
 
     print(f"running {len(scenarios)} scenarios -> {options.out_dir}/", flush=True)
-    runner.run(scenarios, on_result)
+    with RunProgress(len(scenarios)) as progress:
+        runner.run(scenarios, on_result)
     publish(options.out_dir, collected, time.perf_counter() - started)
     return EXIT_FAILED if any(r["verdict"] in ("FAIL", "ERROR") for r in collected) else EXIT_OK
 

@@ -198,5 +198,6 @@ class Runner:
     def _forked_launcher(self, scenario: Scenario) -> ForkedLauncher:
         if self._forked is None:
             specs = list({spec.name: spec for spec in map(spec_for, [*self._planned, scenario])}.values())
-            self._forked = ForkedLauncher(["torch", "parity.harness.run.worker", *preload_modules(specs)])
+            self._forked = ForkedLauncher(["parity.harness.run.rank_warnings", "torch", "parity.harness.run.worker",
+                                           *preload_modules(specs)])
         return self._forked

@@ -55,6 +55,8 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
     from parity.harness.contract.workload import build_batch, shift_masks
     from parity.harness.run.records import RunRecord, StepRecord
 
+    if (preloaded := sys.modules.get("parity.harness.run.rank_warnings")) is not None:
+        preloaded.replay()  # forked from the forkserver: its import warnings belong in this rank's log
     scenario = Scenario.model_validate(job.scenario)
     if scenario.device == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))

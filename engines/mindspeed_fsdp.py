@@ -17,6 +17,7 @@ Batch sharding and scoring are the fsdp2 engine's (rows over fsdp, sequence over
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +26,11 @@ import torch.distributed as dist
 
 from parity.engines import tensor_parallel, ulysses
 from parity.engines.fsdp2 import FSDP2Engine
+from parity.engines.fused_ops import COUNTER
 from parity.engines.hf_common import load_hf_model, make_optimizer
+from parity.engines.mindspeed_env import find_mindspeed
 from parity.engines.specs import MINDSPEED_FSDP
-from parity.harness.contract.engine import TORCH_DTYPES
+from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.workload import Batch
 
@@ -162,6 +165,8 @@ class MindSpeedFSDPEngine(FSDP2Engine):
 
     def setup(self) -> None:
         MINDSPEED_FSDP.require()
+        COUNTER.install()
+        COUNTER.reset()
         from mindspeed.fsdp.mindspeed_parallel_engine import MindSpeedParallelEngine
 
         self.plan = plan_fsdp(self.ctx.scenario)
@@ -188,9 +193,19 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         self.model.apply_optimizer_hook(self.optimizer)
 
     def applied_kwargs(self) -> dict[str, Any]:
-        """Read back from the config MindSpeed built, not from what was asked for."""
-        known = {key: lookup(self.ms_config, FSDP_KWARGS[key][0]) for key in self.plan.applied}
+        """Read back from what MindSpeed built, never from what was asked for: the FSDP2 state of the decoder
+        layers it wrapped (reshard, mixed precision, prefetch); the rest from its validated config object."""
+        held = fsdp_layer_state(self.model)
+        known = {key: held[key] if key in held else lookup(self.ms_config, FSDP_KWARGS[key][0])
+                 for key in self.plan.applied if key in held or key not in FSDP_STATE_KEYS}
         return {"fsdp_kwargs": known} if known else {}
+
+    def run_provenance(self) -> dict[str, Any]:
+        """Which MindSpeed ran, the FSDP state of its wrapped layers, and the fused ops called on this rank."""
+        source = find_mindspeed()
+        return {"mindspeed": {**(source.as_dict() if source else {}), "fsdp_layers": fsdp_layer_state(self.model),
+                              "fused_ops": COUNTER.counts(),
+                              "fused_ops_source": "emulated torch_npu" if COUNTER.emulated else "torch_npu"}}
 
     def teardown(self) -> None:
         """MindSpeed's ParallelState is a process-wide singleton: forget it so a later engine builds its own."""
@@ -231,6 +246,35 @@ class MindSpeedFSDPEngine(FSDP2Engine):
 
     def clip_grads(self, max_norm: float) -> float:
         return tensor_parallel.clip_grad_norm(self.model.parameters(), max_norm)
+
+
+#: fsdp_kwargs read back from the FSDP2 state of the wrapped layers (the others from the config object)
+FSDP_STATE_KEYS = ("reshard_after_forward", "param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs",
+                   "num_to_forward_prefetch", "num_to_backward_prefetch")
+_LAYER = re.compile(r"(^|\.)layers\.\d+$")
+
+
+def fsdp_layer_state(model: torch.nn.Module) -> dict[str, Any]:
+    """The FSDP2 settings the decoder layers actually hold (torch's FSDPState of each `fully_shard`-ed layer):
+    resharding after forward, the mixed-precision policy, and how many layers each prefetches (the most any
+    layer does: the last ones have fewer left to prefetch). Empty when no layer was wrapped."""
+    from torch.distributed.fsdp import FSDPModule
+
+    layers = [m for name, m in model.named_modules() if _LAYER.search(name) and isinstance(m, FSDPModule)]
+    if not layers:
+        return {}
+    states = [layer._get_fsdp_state() for layer in layers]
+    reshard = {s._fsdp_param_group.post_forward_mesh_info is not None for s in states if s._fsdp_param_group}
+    policy = states[0]._mp_policy
+
+    def name(dtype: torch.dtype | None) -> str | None:
+        return None if dtype is None else DTYPE_NAMES.get(dtype, str(dtype))
+
+    return {"reshard_after_forward": reshard.pop() if len(reshard) == 1 else sorted(reshard),
+            "param_dtype": name(policy.param_dtype), "reduce_dtype": name(policy.reduce_dtype),
+            "output_dtype": name(policy.output_dtype), "cast_forward_inputs": policy.cast_forward_inputs,
+            "num_to_forward_prefetch": max(len(s._states_to_forward_prefetch) for s in states),
+            "num_to_backward_prefetch": max(len(s._states_to_backward_prefetch) for s in states)}
 
 
 def _compute_context(plan: FSDPEnginePlan, device_type: str) -> contextlib.AbstractContextManager[Any]:

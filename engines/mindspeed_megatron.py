@@ -234,7 +234,8 @@ class _MindSpeedMegatronMixin:
         for chunk in getattr(self, "model", []):
             for module in chunk.modules():
                 core = getattr(module, "core_attention", None)
-                if isinstance(core, torch.nn.Module):
+                # Megatron's (Self)Attention holds the core attention; MindSpeed's TE stand-in nests its own
+                if hasattr(module, "linear_qkv") and isinstance(core, torch.nn.Module):
                     classes.add(type(core).__qualname__)
                     held = getattr(core, "config", None)
                     algos.add(getattr(held, "context_parallel_algo", None))

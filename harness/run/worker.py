@@ -96,6 +96,8 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
                                     step_time_s=time.perf_counter() - t0))
     after = checked_tokens(engine.forward(batch), rank, expected, "forward (after training)")
     applied = engine.applied_kwargs()
+    # optional engine hook: what ran underneath (MindSpeed: its version, patches applied, fused-op counts)
+    engine_provenance = getattr(engine, "run_provenance", dict)()
     engine.teardown()
     peaks = [0] * world_size
     dist.all_gather_object(peaks, devices.peak_memory_bytes(scenario.device))
@@ -108,7 +110,8 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
             tokens_per_step=int(clean.attention_mask.sum()),
             flops_per_token=train_flops_per_token(checkpoint, int(clean.input_ids.shape[1])),
             applied_kwargs=applied, provenance={**job.provenance, **_rank_provenance(scenario.device),
-                                                "dtype": scenario.dtype, "world_size": world_size},
+                                                "dtype": scenario.dtype, "world_size": world_size,
+                                                **engine_provenance},
             compute_time_s=time.perf_counter() - started)
         record.save(Path(job.record_dir))
     dist.barrier()

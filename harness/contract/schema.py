@@ -143,7 +143,11 @@ class Tolerance(_Strict):
     logprob_p99_abs: float | None = None
     kl_k3: float | None = None
     loss_rel: float | None = None
+    """rtol of `|c - r| <= atol + rtol * |r|` for the per-step loss."""
+    loss_atol: float | None = None
+    """atol of the same check: the loss error allowed however close to zero the reference loss is."""
     grad_norm_rel: float | None = None
+    grad_norm_atol: float | None = None
     ratio_mean: float | None = None
     """Three-way lane: limit on candidate-error / baseline-error for mean-type errors."""
     ratio_max: float | None = None

@@ -80,4 +80,6 @@ def error_ratio(candidate_error: float, baseline_error: float, floor: float) -> 
     `floor` keeps a near-perfect baseline from turning noise into a huge ratio."""
     if not math.isfinite(candidate_error):
         return candidate_error
+    if not math.isfinite(baseline_error):  # an infinite baseline error would make any candidate look perfect
+        return math.nan
     return candidate_error / max(baseline_error, floor)

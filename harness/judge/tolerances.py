@@ -15,6 +15,8 @@ class Limits:
     kl_k3: float
     loss_rel: float
     grad_norm_rel: float
+    loss_atol: float
+    grad_norm_atol: float
     ratio_mean: float
     ratio_max: float
 
@@ -23,13 +25,18 @@ class Limits:
 # 2.4e-6 max / 6.3e-7 mean |dlogp|, 4.2e-7 loss and 4.1e-7 grad-norm relative difference. Limits sit 8-120x above
 # the worst clean run and >= 490x below the smallest injected fault (docs/tolerances.md).
 FP32 = Limits(logprob_max_abs=5e-5, logprob_mean_abs=5e-6, logprob_p99_abs=2e-5, kl_k3=1e-9,
-              loss_rel=2e-5, grad_norm_rel=5e-5, ratio_mean=2.0, ratio_max=10.0)
+              loss_rel=2e-5, grad_norm_rel=5e-5, loss_atol=1e-6, grad_norm_atol=1e-6, ratio_mean=2.0, ratio_max=10.0)
+# atol: a GRPO step-1 loss is a sum of +-advantage terms that can cancel to ~1e-5 (workload seeds in
+# benchmarks/seed_scan.py); the fp32 error of such a loss is absolute (~1e-8), so a purely relative check FAILed
+# clean runs at rel 1e-4..1.3e-3. 1e-6 sits well above every clean absolute error measured and far below the
+# smallest loss fault (docs/tolerances.md).
 # bf16/fp16 candidate vs the fp32 reference when no baseline is named (the coarse absolute lane). The bar is
 # what a correct bf16 implementation reaches: the hf engine in bf16 measured up to 0.24 max |dlogp|, 0.013 mean,
 # 0.16 p99, 6.6e-4 KL, 3.2e-3 loss and 2.7e-2 grad-norm relative difference on the tiny models. This lane
 # catches gross defects (a shifted mask: 0.4 mean |dlogp|) but not subtle ones; use `baseline: hf`.
 LOW_PRECISION = Limits(logprob_max_abs=0.5, logprob_mean_abs=0.03, logprob_p99_abs=0.3, kl_k3=2e-3,
-                       loss_rel=2e-2, grad_norm_rel=0.1, ratio_mean=2.0, ratio_max=10.0)
+                       loss_rel=2e-2, grad_norm_rel=0.1, loss_atol=2e-3, grad_norm_atol=2e-3, ratio_mean=2.0,
+                       ratio_max=10.0)
 DEFAULTS = {"fp32": FP32, "bf16": LOW_PRECISION, "fp16": LOW_PRECISION}
 
 #: below these, a baseline error counts as this much (so a near-exact baseline does not inflate ratios).

@@ -6,6 +6,7 @@ failing check is a reason that names the metric, the step, the observed value an
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -29,6 +30,8 @@ class Check:
     step: int | None = None
     lane: str = "abs"
     """abs (vs fp32 reference), rel (relative), ratio (candidate error / baseline error)."""
+    note: str = ""
+    """How the limit was formed, when it is not a plain number (rtol + atol / |ref|)."""
 
     @property
     def passed(self) -> bool:
@@ -36,7 +39,8 @@ class Check:
 
     def reason(self) -> str:
         at = f" at step {self.step}" if self.step is not None else ""
-        return f"{self.metric}{at} = {self.observed:.3g} > limit {self.limit:.3g} ({self.lane})"
+        how = f"; {self.note}" if self.note else ""
+        return f"{self.metric}{at} = {self.observed:.3g} > limit {self.limit:.3g} ({self.lane}{how})"
 
 
 @dataclass(slots=True)
@@ -81,6 +85,9 @@ def failed(scenario: Scenario, stage: str, exc: BaseException) -> Verdict:
 def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
           baseline: RunRecord | None = None) -> Verdict:
     limits = limits_for(scenario.dtype, scenario.tolerance)
+    if baseline is not None and (problem := baseline_problem(baseline, reference)):
+        return Verdict(scenario.id, "ERROR", [f"baseline {scenario.baseline} ({baseline.run_id}) is unusable as a "
+                                              f"bar: {problem}"], info=scenario_info(scenario))
     checks, metrics = _candidate_checks(candidate, reference, limits, baseline)
     reasons = [c.reason() for c in checks if not c.passed]
     if dropped := dropped_kwargs(scenario, candidate):
@@ -99,38 +106,41 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
 
 def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits,
                       baseline: RunRecord | None) -> tuple[list[Check], dict[str, Any]]:
+    """The absolute checks always (in the three-way lane too: a candidate must stay within what its precision
+    can reach, however bad the baseline), plus the ratio checks when a baseline is given."""
     mask = reference.tensors["response_mask"]
     checks: list[Check] = []
     metrics: dict[str, Any] = {}
     for key, label in PHASES.items():
         diff = token_diff(candidate.tensors[key], reference.tensors[key], mask)
-        base = token_diff(baseline.tensors[key], reference.tensors[key], mask) if baseline else None
         metrics[key] = asdict(diff)
-        if base is not None:
+        checks += [Check(f"{label} max |Δ|", diff.max_abs, limits.logprob_max_abs),
+                   Check(f"{label} mean |Δ|", diff.mean_abs, limits.logprob_mean_abs)]
+        if key != "entropy_before":
+            checks += [Check(f"{label} p99 |Δ|", diff.p99_abs, limits.logprob_p99_abs),
+                       Check(f"{label} KL k3", diff.kl_k3, limits.kl_k3)]
+        if baseline is not None:
+            base = token_diff(baseline.tensors[key], reference.tensors[key], mask)
             metrics[key]["baseline"] = asdict(base)
             ratio_mean = error_ratio(diff.mean_abs, base.mean_abs, RATIO_FLOOR_ABS)
             ratio_max = error_ratio(diff.max_abs, base.max_abs, RATIO_FLOOR_ABS)
             metrics[key] |= {"ratio_mean": ratio_mean, "ratio_max": ratio_max}
             checks += [Check(f"{label} mean |Δ| ratio to baseline", ratio_mean, limits.ratio_mean, lane="ratio"),
                        Check(f"{label} max |Δ| ratio to baseline", ratio_max, limits.ratio_max, lane="ratio")]
-            continue
-        checks += [Check(f"{label} max |Δ|", diff.max_abs, limits.logprob_max_abs),
-                   Check(f"{label} mean |Δ|", diff.mean_abs, limits.logprob_mean_abs)]
-        if key != "entropy_before":
-            checks += [Check(f"{label} p99 |Δ|", diff.p99_abs, limits.logprob_p99_abs),
-                       Check(f"{label} KL k3", diff.kl_k3, limits.kl_k3)]
-    for name, limit in (("loss", limits.loss_rel), ("grad_norm", limits.grad_norm_rel)):
+    for name in ("loss", "grad_norm"):
+        rtol, atol = getattr(limits, f"{name}_rel"), getattr(limits, f"{name}_atol")
         ref_series = [getattr(s, name) for s in reference.steps]
         series = series_rel_diff([getattr(s, name) for s in candidate.steps], ref_series)
         metrics[f"{name}_rel"] = list(series.per_step)
         metrics[f"{name}_rel_max"] = series.worst
         label = "pre-clip grad norm" if name == "grad_norm" else name
+        for i, value in enumerate(series.per_step):
+            ref = ref_series[i] if i < len(ref_series) else math.nan
+            checks.append(Check(f"{label} rel diff", value, rel_limit(rtol, atol, ref), step=i + 1, lane="rel",
+                                note=f"rtol {rtol:.3g} + atol {atol:.3g}/|ref {ref:.3g}|" if atol else ""))
         if baseline is not None:
             base = series_rel_diff([getattr(s, name) for s in baseline.steps], ref_series)
             checks += _ratio_series(label, series, base, limits.ratio_max)
-        else:
-            checks += [Check(f"{label} rel diff", value, limit, step=i + 1, lane="rel")
-                       for i, value in enumerate(series.per_step)]
     metrics["logprob_max_abs"] = max(metrics[k]["max_abs"] for k in ("logprobs_before", "logprobs_after"))
     metrics["logprob_mean_abs"] = max(metrics[k]["mean_abs"] for k in ("logprobs_before", "logprobs_after"))
     return checks, metrics
@@ -139,6 +149,34 @@ def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits
 def _ratio_series(label: str, series: SeriesDiff, base: SeriesDiff, limit: float) -> list[Check]:
     return [Check(f"{label} rel diff ratio to baseline", error_ratio(c, b, RATIO_FLOOR_REL), limit, step=i + 1,
                   lane="ratio") for i, (c, b) in enumerate(zip(series.per_step, base.per_step, strict=False))]
+
+
+def rel_limit(rtol: float, atol: float, reference: float) -> float:
+    """`|c - r| <= atol + rtol * |r|` expressed on the relative difference |c - r| / |r|: rtol + atol / |r|.
+    The absolute term keeps a reference loss near zero (a GRPO step-1 loss of ~1e-5) from turning rounding into
+    a large relative error."""
+    if not math.isfinite(reference):
+        return rtol
+    return rtol + atol / max(abs(reference), 1e-12)
+
+
+def baseline_problem(baseline: RunRecord, reference: RunRecord) -> str | None:
+    """Why a three-way baseline cannot serve as a bar (non-finite log-probs, entropy, loss or grad norm, or
+    missing steps); None when it can. A broken bar must ERROR, never let a candidate through."""
+    mask = reference.tensors["response_mask"].bool()
+    for key, label in PHASES.items():
+        values = baseline.tensors.get(key)
+        if values is None:
+            return f"no {label}"
+        if not bool(values[mask].isfinite().all()):
+            return f"{label} not finite"
+    if len(baseline.steps) != len(reference.steps):
+        return f"{len(baseline.steps)} steps, the reference has {len(reference.steps)}"
+    for step in baseline.steps:
+        for name in ("loss", "grad_norm"):
+            if not math.isfinite(getattr(step, name)):
+                return f"{name} at step {step.step} = {getattr(step, name)}"
+    return None
 
 
 def dropped_kwargs(scenario: Scenario, record: RunRecord) -> list[str]:

@@ -45,4 +45,5 @@ def test_injected_fault_fails_on_the_right_metric(runner, fault_id):
 def test_grad_scale_is_invisible_to_log_probs_after_the_step(runner):
     """Why the pre-clip grad norm must be compared: the after-step log-probs do not see a 2x gradient."""
     verdict = runner.run_scenario(SCENARIOS[CLEAN + "+grad_scale"])
-    assert verdict.reasons == ["pre-clip grad norm rel diff at step 2 = 1 > limit 5e-05 (rel)"]
+    assert len(verdict.reasons) == 1
+    assert verdict.reasons[0].startswith("pre-clip grad norm rel diff at step 2 = 1 > limit 5")

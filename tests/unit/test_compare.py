@@ -62,12 +62,23 @@ def test_grad_norm_defect_on_any_step_is_caught(step):
     norms[step - 1] *= 2
     verdict = judge(SCENARIO, make_record(norms=tuple(norms)), make_record())
     assert verdict.status == "FAIL"
-    assert verdict.reasons == [f"pre-clip grad norm rel diff at step {step} = 1 > limit 5e-05 (rel)"]
+    limit = 5e-5 + 1e-6 / norms[step - 1] * 2  # rtol + atol / |reference|
+    assert verdict.reasons == [f"pre-clip grad norm rel diff at step {step} = 1 > limit {limit:.3g} "
+                               f"(rel; rtol 5e-05 + atol 1e-06/|ref {norms[step - 1] / 2:g}|)"]
 
 
 def test_loss_defect_names_the_step():
     verdict = judge(SCENARIO, make_record(losses=(0.5, 0.41)), make_record())
-    assert verdict.reasons == ["loss rel diff at step 2 = 0.025 > limit 2e-05 (rel)"]
+    assert verdict.reasons == ["loss rel diff at step 2 = 0.025 > limit 2.25e-05 "
+                               "(rel; rtol 2e-05 + atol 1e-06/|ref 0.4|)"]
+
+
+def test_loss_near_zero_is_judged_with_the_absolute_term():
+    """A GRPO loss can cancel to ~1e-5: fp32 rounding (1e-8) is then a relative error of 1e-3, not a defect."""
+    near_zero = make_record(losses=(1e-5, 0.4))
+    assert judge(SCENARIO, make_record(losses=(1e-5 + 1e-8, 0.4)), near_zero).status == "PASS"
+    verdict = judge(SCENARIO, make_record(losses=(2e-5, 0.4)), near_zero)  # 1e-5 off: 10x the atol
+    assert verdict.status == "FAIL" and verdict.reasons[0].startswith("loss rel diff at step 1 = 1 > limit 0.1 ")
 
 
 def test_nan_never_passes():
@@ -98,11 +109,35 @@ def test_rel_diff_and_ratio_edge_cases():
 def test_three_way_lane_judges_the_ratio_not_the_absolute_error():
     bf16 = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2}, dtype="bf16", baseline="hf")
     ref = make_record()
-    baseline = make_record(noise=0.02)
-    assert judge(bf16, make_record(noise=0.03), ref, baseline).status == "PASS"  # 1.5x the baseline error
-    verdict = judge(bf16, make_record(noise=0.05), ref, baseline)  # 2.5x: worse than the limit of 2
+    baseline = make_record(noise=0.01)
+    assert judge(bf16, make_record(noise=0.015), ref, baseline).status == "PASS"  # 1.5x the baseline error
+    verdict = judge(bf16, make_record(noise=0.025), ref, baseline)  # 2.5x: worse than the limit of 2
     assert verdict.status == "FAIL"
     assert any("mean |Δ| ratio to baseline = 2.5 > limit 2 (ratio)" in r for r in verdict.reasons)
+
+
+BF16_VS_HF = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2}, dtype="bf16", baseline="hf")
+
+
+@pytest.mark.parametrize(("phase", "value"), [("logprobs_before", math.inf), ("entropy_before", math.nan)])
+def test_non_finite_baseline_errors_naming_the_baseline(phase, value):
+    """An infinite baseline error used to make every ratio 0: a candidate 3 nats off PASSed."""
+    baseline = make_record()
+    baseline.tensors[phase] = torch.full((4, 8), value)
+    verdict = judge(BF16_VS_HF, make_record(noise=3.0), make_record(), baseline)
+    assert verdict.status == "ERROR"
+    assert verdict.reasons[0].startswith("baseline hf (x) is unusable as a bar: ")
+    nan_loss = make_record(losses=(0.5, math.nan))
+    assert "loss at step 2 = nan" in judge(BF16_VS_HF, make_record(), make_record(), nan_loss).reasons[0]
+    assert math.isnan(error_ratio(0.1, math.inf, floor=1e-4))
+
+
+def test_three_way_candidate_must_stay_under_its_precision_absolute_bound():
+    """A baseline as wrong as the candidate keeps every ratio at 1; the absolute bound still FAILs it."""
+    verdict = judge(BF16_VS_HF, make_record(noise=3.0), make_record(), make_record(noise=3.0))
+    assert verdict.status == "FAIL"
+    assert "log-prob before training max |Δ| = 3 > limit 0.5 (abs)" in verdict.reasons
+    assert not any("ratio" in r for r in verdict.reasons)
 
 
 def test_tolerance_override_applies():

@@ -20,6 +20,8 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
                    "help": "multi-node: launch only this node's ranks (run once per node; node 0 reports)"}),
     ("master-addr", {"default": "127.0.0.1", "help": "multi-node: address of node 0 (rendezvous host)"}),
     ("master-port", {"type": int, "default": None, "help": "multi-node: rendezvous port, the same on every node"}),
+    ("history", {"action": "append", "default": None, "metavar": "DIR",
+                 "help": "an earlier run's out dir (repeat it): scenarios with `perf:` gates compare with them"}),
 ]
 
 
@@ -34,4 +36,5 @@ def run_options(get: Callable[[str], Any]) -> RunOptions:
     if node_rank is not None and port is None:
         raise ScenarioError("--node-rank needs --master-port (every node must use the same rendezvous port)")
     return RunOptions(out_dir=Path(get("out")), cache_dir=Path(get("cache_dir")), launcher=get("launcher"),
-                      node_rank=node_rank, master_addr=get("master_addr"), master_port=port)
+                      node_rank=node_rank, master_addr=get("master_addr"), master_port=port,
+                      history=tuple(Path(d) for d in get("history") or ()))

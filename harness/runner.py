@@ -15,15 +15,18 @@ from pathlib import Path
 from typing import Literal
 
 from parity.harness.config import devices
+from parity.harness.config.errors import ScenarioError
 from parity.harness.config.registry import preload_modules, spec_for
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
+from parity.harness.judge import drift
 from parity.harness.judge.reference import baseline_scenario, cache_key, golden_dir, reference_scenario
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, skipped
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
 from parity.harness.run.launch import ForkedLauncher, LaunchResult, TorchrunLauncher
 from parity.harness.run.records import RunRecord
 from parity.harness.run.worker import RunJob
+from parity.reports import results as results_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,8 @@ class RunOptions:
     master_addr: str = "127.0.0.1"
     master_port: int | None = None
     """Rendezvous port all nodes agree on (required with node_rank; a free port otherwise)."""
+    history: tuple[Path, ...] = ()
+    """Earlier runs' out dirs that perf gates (a scenario's `perf:`) compare with."""
 
     @property
     def judges(self) -> bool:
@@ -44,6 +49,20 @@ class RunOptions:
 
 def slug(run_id: str) -> str:
     return run_id.replace("/", "__").replace(":", "_")
+
+
+def load_history(directories: Iterable[Path]) -> dict[str, list[dict]]:
+    """Scenario id -> its metrics in each earlier run (oldest first as given), for perf gates."""
+    past: dict[str, list[dict]] = {}
+    for directory in directories:
+        try:
+            earlier = results_file.load([directory])
+        except (OSError, ValueError) as exc:
+            raise ScenarioError(f"--history {directory}: cannot read its results ({exc})") from None
+        for result in earlier:
+            if result.get("verdict") in ("PASS", "FAIL"):
+                past.setdefault(result["id"], []).append(result.get("metrics") or {})
+    return past
 
 
 def harness_commit() -> str:
@@ -63,6 +82,7 @@ class Runner:
         self._forked: ForkedLauncher | None = None
         self._references: dict[str, RunRecord] = {}
         self._commit = harness_commit()
+        self._history = load_history(options.history)
 
     def run(self, scenarios: Iterable[Scenario], on_result: Callable[[Verdict], None] | None = None) -> list[Verdict]:
         verdicts = []
@@ -107,6 +127,7 @@ class Runner:
         except Exception as exc:  # e.g. a record without the tensors the comparison needs
             return failed(scenario, "comparing", exc)
         verdict.info["reference_wall_time_s"] = reference.wall_time_s
+        verdict = drift.gate(verdict, scenario.perf, self._history.get(scenario.id, []))
         return verdict
 
     def _run_other_node(self, scenario: Scenario) -> Verdict:

@@ -88,8 +88,10 @@ def narrow_table(results: list[dict[str, Any]], width: int = 120) -> str:
 
 
 def reasons_block(results: list[dict[str, Any]]) -> list[tuple[str, str, list[str]]]:
-    """(id, verdict, reasons) for everything that did not pass."""
-    return [(r["id"], r["verdict"], r.get("reasons") or []) for r in results if r["verdict"] != "PASS"]
+    """(id, verdict, reasons) for everything that did not pass, then (id, 'WARN', warnings) for passes with perf
+    warnings."""
+    rows = [(r["id"], r["verdict"], r.get("reasons") or []) for r in results if r["verdict"] != "PASS"]
+    return rows + [(r["id"], "WARN", r["warnings"]) for r in results if r["verdict"] == "PASS" and r.get("warnings")]
 
 
 def counts(results: list[dict[str, Any]]) -> Counter[str]:

@@ -154,6 +154,17 @@ class Tolerance(_Strict):
     """Three-way lane: limit on candidate-error / baseline-error for max-type errors."""
 
 
+class PerfGate(_Strict):
+    """Performance limits against this scenario's history (`--history DIR ...`: earlier runs' out dirs); a breach
+    FAILs the scenario or only warns, as on_breach says."""
+
+    max_slowdown: float | None = Field(None, gt=0)
+    """Largest allowed step-time growth over the history's median, e.g. 0.05 = 5 %."""
+    max_memory_growth: float | None = Field(None, gt=0)
+    """Largest allowed peak-memory growth (worst rank) over the history's median."""
+    on_breach: Literal["fail", "warn"] = "fail"
+
+
 FaultKind = Literal["grad_scale", "rank_loss_scale", "rope_theta_int", "mask_shift", "local_token_norm",
                     "tp_allreduce_skip", "pp_stage_grad_scale", "qkv_interleave", "tp_grad_reduce_skip",
                     "crash", "hang", "drop_kwarg"]
@@ -196,6 +207,8 @@ class Scenario(_Strict):
     engine with autocast over fp32 weights (FSDP2's recipe); `hf_master_weights` = low-precision weights with
     fp32 masters in the optimizer (Megatron's and MindSpeed's recipe)."""
     tolerance: Tolerance = Tolerance()
+    perf: PerfGate | None = None
+    """Performance gate against earlier runs (see PerfGate)."""
     timeout: float = Field(300.0, gt=0)
     """Seconds before the run is killed with all its processes."""
     marks: tuple[str, ...] = ()
@@ -246,5 +259,6 @@ class Scenario(_Strict):
 
     def content_hash(self) -> str:
         """Stable hash of everything that changes the run (not marks, timeout or source)."""
-        data = self.model_dump(mode="json", exclude={"marks", "timeout", "source", "broken", "tolerance"})
+        data = self.model_dump(mode="json", exclude={"marks", "timeout", "source", "broken", "tolerance",
+                                                         "perf"})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

@@ -12,7 +12,10 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from parity.harness.contract.schema import PerfGate
+from parity.harness.judge.verdict import Verdict
 
 K = 3.0
 """Robust standard deviations the confirmed level must be worse by (half of it for the first run alone); the
@@ -106,3 +109,35 @@ def change_points(values: Sequence[float | None], worse: str, margin: float, k: 
             changes.append(Change(where[n], baseline.median, level))
             start = n
     return changes
+
+
+GATED = (("step_time_s", "max_slowdown", "step time"), ("peak_memory_mb", "max_memory_growth", "peak memory"))
+
+
+def perf_breaches(gate: PerfGate, current: dict[str, Any], past: list[dict[str, Any]]) -> list[str]:
+    """Gate limits the current metrics break against the median of earlier runs (noise-aware as above: the
+    growth must exceed the limit AND K robust standard deviations of the earlier runs)."""
+    reasons = []
+    for key, field, label in GATED:
+        limit, value = getattr(gate, field), current.get(key)
+        known = [m[key] for m in past if isinstance(m.get(key), int | float) and not math.isnan(m[key])]
+        if limit is None or value is None or not known:
+            continue
+        baseline = Baseline.of(known)
+        if baseline.breached(value, "up", limit):
+            reasons.append(f"{label} {baseline.relative(value):+.1%} over the median of {len(known)} earlier runs "
+                           f"({baseline.median:.4g} -> {value:.4g}) > {field} {limit:.0%}")
+    return reasons
+
+
+def gate(verdict: Verdict, perf: PerfGate | None, past: list[dict[str, Any]]) -> Verdict:
+    """FAIL the verdict (on_breach: fail) or add warnings to it (warn) for each perf limit broken."""
+    if perf is None or verdict.status not in ("PASS", "FAIL"):
+        return verdict
+    breaches = perf_breaches(perf, verdict.metrics, past)
+    if breaches and perf.on_breach == "fail":
+        verdict.status = "FAIL"
+        verdict.reasons += breaches
+    elif breaches:
+        verdict.info["warnings"] = breaches
+    return verdict

@@ -41,7 +41,7 @@ def scenario_figure(result: dict[str, Any]) -> str | None:
             steps = range(1, len(series[key]) + 1)
             ax.plot(steps, series[key], "o-", color=CANDIDATE, label=result.get("strategy", "candidate"))
             ax.plot(range(1, len(series[f"reference_{key}"]) + 1), series[f"reference_{key}"], "x--",
-                    color=REFERENCE, label=result.get("reference") or "reference")
+                    color=REFERENCE, label=(result.get("reference") or "reference").split(":", 1)[0])
             ax.set_xlabel("step")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.legend(fontsize=7)

@@ -1,0 +1,101 @@
+"""Goldens: record directories kept as references (`reference: golden:DIR/<slug>`), listed in a manifest with the
+content hash of every file, so a lane that downloads them can prove it holds the pinned set, and two sets can be
+compared metric by metric (Megatron-LM refreshes its golden values by download-and-diff)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parity.harness.judge.compare import series_rel_diff, token_diff
+from parity.harness.judge.perf import perf_metrics
+from parity.harness.run.records import RunRecord
+
+MANIFEST = "manifest.json"
+HASHED = ("record.json", "tensors.safetensors")
+"""The files a golden is; rank logs stay beside them unhashed."""
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def entry(root: Path, slug: str) -> dict[str, Any]:
+    record = json.loads((root / slug / "record.json").read_text())
+    return {"dir": slug, "scenario_hash": record["scenario_hash"],
+            "device_name": record.get("provenance", {}).get("device_name"),
+            "files": {name: sha256(root / slug / name) for name in HASHED if (root / slug / name).is_file()}}
+
+
+def write_manifest(root: Path, slugs: dict[str, str], provenance: dict[str, Any]) -> Path:
+    """slugs: scenario id -> record directory under root."""
+    manifest = {"format": 1, "provenance": provenance,
+                "goldens": {run_id: entry(root, slug) for run_id, slug in sorted(slugs.items())}}
+    path = root / MANIFEST
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def load_manifest(root: Path) -> dict[str, Any]:
+    path = root / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist (not a golden directory written by `parity golden record`)")
+    return json.loads(path.read_text())
+
+
+def verify(root: Path) -> list[str]:
+    """Every file the manifest lists, present with its hash; one problem per line (empty = verified)."""
+    problems = []
+    for run_id, item in load_manifest(root)["goldens"].items():
+        for name, digest in item["files"].items():
+            path = root / item["dir"] / name
+            if not path.is_file():
+                problems.append(f"{run_id}: {path} is missing")
+            elif sha256(path) != digest:
+                problems.append(f"{run_id}: {path} has sha256 {sha256(path)[:12]}…, the manifest says {digest[:12]}…")
+    return problems
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenDelta:
+    run_id: str
+    metrics: dict[str, float]
+
+
+def _rel(new: float, old: float) -> float:
+    return (new - old) / old if old and not math.isnan(old) else math.nan
+
+
+def delta(old: RunRecord, new: RunRecord) -> dict[str, float]:
+    """How NEW differs from OLD: log-prob max |Δ| per phase, worst per-step loss / grad-norm rel diff, and the
+    relative change of step time, tokens/s and peak memory."""
+    mask = old.tensors["response_mask"]
+    out = {f"{phase} max|Δ|": token_diff(new.tensors[phase], old.tensors[phase], mask).max_abs
+           for phase in ("logprobs_before", "logprobs_after")}
+    for name in ("loss", "grad_norm"):
+        out[f"{name} rel (worst)"] = series_rel_diff([getattr(s, name) for s in new.steps],
+                                                     [getattr(s, name) for s in old.steps]).worst
+    old_perf = perf_metrics(old, str(old.provenance.get("dtype", "")), int(old.provenance.get("world_size", 1)))
+    new_perf = perf_metrics(new, str(new.provenance.get("dtype", "")), int(new.provenance.get("world_size", 1)))
+    for key in ("step_time_s", "tokens_per_s", "peak_memory_mb"):
+        out[f"{key} change"] = _rel(new_perf[key], old_perf[key])
+    return out
+
+
+def diff(old_root: Path, new_root: Path) -> tuple[list[GoldenDelta], list[str]]:
+    """Deltas of the goldens both sets hold, and one line per golden only one set holds."""
+    old, new = load_manifest(old_root)["goldens"], load_manifest(new_root)["goldens"]
+    only = [f"only in {old_root}: {run_id}" for run_id in old.keys() - new.keys()]
+    only += [f"only in {new_root}: {run_id}" for run_id in new.keys() - old.keys()]
+    deltas = [GoldenDelta(run_id, delta(RunRecord.load(old_root / old[run_id]["dir"]),
+                                        RunRecord.load(new_root / new[run_id]["dir"])))
+              for run_id in sorted(old.keys() & new.keys())]
+    return deltas, sorted(only)

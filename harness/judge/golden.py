@@ -16,6 +16,7 @@ from parity.harness.judge.perf import perf_metrics
 from parity.harness.run.records import RunRecord
 
 MANIFEST = "manifest.json"
+SUMS = "SHA256SUMS"
 HASHED = ("record.json", "tensors.safetensors")
 """The files a golden is; rank logs stay beside them unhashed."""
 
@@ -41,6 +42,9 @@ def write_manifest(root: Path, slugs: dict[str, str], provenance: dict[str, Any]
                 "goldens": {run_id: entry(root, slug) for run_id, slug in sorted(slugs.items())}}
     path = root / MANIFEST
     path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    # the same hashes for `sha256sum -c`, so a lane can check a download before the harness is installed
+    (root / SUMS).write_text("".join(f"{digest}  {item['dir']}/{name}\n" for item in manifest["goldens"].values()
+                                     for name, digest in item["files"].items()))
     return path
 
 

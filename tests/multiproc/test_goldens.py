@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 from parity.harness.cli import main
 
@@ -21,6 +22,7 @@ def test_record_verify_diff_and_judge_against_a_golden(write_yaml, tmp_path, cac
     assert item["dir"] == SLUG and set(item["files"]) == {"record.json", "tensors.safetensors"}
     assert manifest["provenance"]["harness_commit"] and item["scenario_hash"]
     assert main(["golden", "verify", str(old)]) == 0
+    assert subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=old, capture_output=True).returncode == 0
     assert main(["golden", "verify", str(old), "--sha256", "0" * 64]) == 1  # not the pinned manifest
 
     new = tmp_path / "goldens-new"

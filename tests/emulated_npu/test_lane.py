@@ -83,7 +83,8 @@ def planted(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
 
     work = tmp_path_factory.mktemp("planted")
     (work / "planted.yaml").write_text(textwrap.dedent(PLANTED.format(key=IGNORED)))
-    done = lane.run_harness(["-m", "parity", "run", str(work / "planted.yaml"), "--out", str(work / "out")], source)
+    done = lane.run_harness(["-m", "parity.harness.cli", "run", str(work / "planted.yaml"), "--out",
+                             str(work / "out")], source)
     found = {k.split("+")[-1]: v for k, v in lane.results(work / "out").items()}
     assert set(found) == {"clean", "ignores", "causal", "cp2"}, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return found

@@ -71,6 +71,11 @@ class FSDP2Engine(Engine):
         given = self.ctx.scenario.fsdp_kwargs
         return {"fsdp_kwargs": {k: v for k, v in effective.items() if k in given}} if given else {}
 
+    def effective_dtype(self) -> str | None:
+        """FSDP2 computes in its mixed-precision policy's param_dtype (read back from the first layer's state)."""
+        group = self.model.model.layers[0]._get_fsdp_state()._fsdp_param_group
+        return DTYPE_NAMES[group.mp_policy.param_dtype or torch.float32]
+
     # ---- sharding of the global batch -------------------------------------------------------------
     def _local(self, batch: Batch) -> tuple[Batch, slice]:
         rows = batch.input_ids.shape[0] // self.dp

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from parity.engines.hf_common import autocast, load_hf_model, make_optimizer, model_inputs, response_logits
-from parity.harness.contract.engine import Engine, StepOutput, TokenOutputs
+from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.workload import Batch
 
@@ -41,9 +41,14 @@ class HFEngine(Engine):
         given = self.ctx.scenario.engine_kwargs
         return {"engine_kwargs": {"precision": self.precision}} if "precision" in given else {}
 
+    def effective_dtype(self) -> str | None:
+        """The dtype the model's logits came out in (autocast or the weights' own dtype)."""
+        return DTYPE_NAMES.get(getattr(self, "computed_dtype", None))
+
     def _score(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         with autocast(self.ctx) if self.masters is None else torch.autocast(self.ctx.device.type, enabled=False):
             logits = self.model(**model_inputs(batch, self.ctx.device)).logits
+        self.computed_dtype = logits.dtype
         labels = batch.response_labels().to(self.ctx.device)
         return logprobs_and_entropy(response_logits(logits, batch.prompt_len), labels)
 

@@ -33,6 +33,9 @@ class PlainHFEngine(Engine):
         given = self.ctx.scenario.engine_kwargs
         return {"engine_kwargs": {"loss_scale": self.scale}} if "loss_scale" in given else {}
 
+    def effective_dtype(self) -> str:  # optional: what the weights really are (this engine ignores `dtype`)
+        return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.model.dtype]
+
     def _score(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                             position_ids=batch.position_ids).logits

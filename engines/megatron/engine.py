@@ -29,7 +29,7 @@ from parity.engines.megatron.config import (
 )
 from parity.engines.megatron.convert import ModelArch
 from parity.engines.megatron.faults import apply_tp_allreduce_skip, stage_grad_factor
-from parity.harness.contract.engine import Engine, StepOutput, TokenOutputs
+from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.workload import Batch
 
@@ -169,6 +169,10 @@ class MegatronEngine(Engine):
                                    "the optimizer: their masters would start from the rounded weights")
         if self.config.fp16:
             self.config.grad_scale_func = self.optimizer.scale_loss
+
+    def effective_dtype(self) -> str | None:
+        """The dtype of the model parameters Megatron computes with (Float16Module casts them for bf16 / fp16)."""
+        return DTYPE_NAMES.get(next(self.model[0].parameters()).dtype)
 
     def applied_kwargs(self) -> dict[str, Any]:
         given = self.ctx.scenario.mcore_kwargs

@@ -90,5 +90,11 @@ class Engine(ABC):
         value, as {'mcore_kwargs': {...}, ...}. A key given but not listed here FAILs the scenario."""
         return {}
 
+    def effective_dtype(self) -> str | None:
+        """The dtype ('fp32' / 'bf16' / 'fp16') this engine ACTUALLY computed in, read back from its own objects
+        (parameter or compute dtype, mixed-precision policy, framework config), not from the scenario. A value other
+        than the scenario's dtype FAILs it; None = the engine cannot tell."""
+        return None
+
     def teardown(self) -> None:  # noqa: B027 - optional hook, most engines need nothing
         """Release process-group state the engine created (the worker destroys the default group)."""

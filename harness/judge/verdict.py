@@ -94,6 +94,7 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
         reasons.append(f"dropped engine kwargs: {', '.join(dropped)} (accepted but never applied by the engine)")
     if differing := kwargs_not_as_given(scenario, candidate):
         reasons.append(f"engine kwargs not applied as given: {'; '.join(differing)}")
+    reasons += precision_problems(scenario.dtype, candidate, metrics, limits)
     metrics |= perf_metrics(candidate, scenario.dtype, scenario.layout.world_size)
     if scenario.reference.startswith("golden:"):  # a stored run on the reference device: speed side by side
         metrics["vs_reference"] = versus_reference(metrics, reference_perf(reference))
@@ -177,6 +178,20 @@ def baseline_problem(baseline: RunRecord, reference: RunRecord) -> str | None:
             if not math.isfinite(getattr(step, name)):
                 return f"{name} at step {step.step} = {getattr(step, name)}"
     return None
+
+
+def precision_problems(dtype: str, candidate: RunRecord, metrics: dict[str, Any], limits: Limits) -> list[str]:
+    """A low-precision scenario silently computed in fp32 would PASS every upper bound: the engine's own report
+    of its compute dtype must match, and its forward must be at least as far from fp32 as that precision gets."""
+    problems = []
+    if candidate.effective_dtype is not None and candidate.effective_dtype != dtype:
+        problems.append(f"computed in {candidate.effective_dtype}, the scenario asks for {dtype} "
+                        "(Engine.effective_dtype read back from the engine)")
+    observed = metrics["logprobs_before"]["max_abs"]
+    if limits.logprob_max_abs_min and observed < limits.logprob_max_abs_min:
+        problems.append(f"not computed in {dtype}: log-prob before training max |Δ| vs fp32 = {observed:.3g} < "
+                        f"{limits.logprob_max_abs_min:.3g}, the least a {dtype} forward differs by (lower bound)")
+    return problems
 
 
 def dropped_kwargs(scenario: Scenario, record: RunRecord) -> list[str]:

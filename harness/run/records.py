@@ -41,6 +41,8 @@ class RunRecord:
     flops_per_token: float = 0.0
     """Training FLOPs per token (harness/config/flops.py); 0 when unknown."""
     applied_kwargs: dict[str, Any] = field(default_factory=dict)
+    effective_dtype: str | None = None
+    """The dtype the engine reports it computed in (Engine.effective_dtype), None if it cannot tell."""
     provenance: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     log_tail: str | None = None

@@ -96,6 +96,7 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
                                     step_time_s=time.perf_counter() - t0))
     after = checked_tokens(engine.forward(batch), rank, expected, "forward (after training)")
     applied = engine.applied_kwargs()
+    effective_dtype = engine.effective_dtype()
     # optional engine hook: what ran underneath (MindSpeed: its version, patches applied, fused-op counts)
     engine_provenance = getattr(engine, "run_provenance", dict)()
     engine.teardown()
@@ -109,9 +110,9 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
             forward_time_s=forward_time, peak_memory_bytes=peaks[0], peak_memory_per_rank=peaks,
             tokens_per_step=int(clean.attention_mask.sum()),
             flops_per_token=train_flops_per_token(checkpoint, int(clean.input_ids.shape[1])),
-            applied_kwargs=applied, provenance={**job.provenance, **_rank_provenance(scenario.device),
-                                                "dtype": scenario.dtype, "world_size": world_size,
-                                                **engine_provenance},
+            applied_kwargs=applied, effective_dtype=effective_dtype,
+            provenance={**job.provenance, **_rank_provenance(scenario.device), "dtype": scenario.dtype,
+                        "world_size": world_size, **engine_provenance},
             compute_time_s=time.perf_counter() - started)
         record.save(Path(job.record_dir))
     dist.barrier()

@@ -161,3 +161,18 @@ def test_record_round_trip(tmp_path):
     loaded = RunRecord.load(tmp_path)
     assert loaded.steps == record.steps
     assert torch.equal(loaded.tensors["logprobs_before"], record.tensors["logprobs_before"])
+
+
+def test_low_precision_run_that_computed_in_fp32_fails():
+    """Upper bounds alone let a bf16 scenario whose engine silently ran in fp32 PASS with every difference 0."""
+    bf16 = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2}, dtype="bf16")
+    verdict = judge(bf16, make_record(), make_record())
+    assert verdict.status == "FAIL"
+    assert verdict.reasons == ["not computed in bf16: log-prob before training max |Δ| vs fp32 = 0 < 0.001, the least "
+                               "a bf16 forward differs by (lower bound)"]
+    honest = make_record(noise=0.01)
+    assert judge(bf16, honest, make_record()).status == "PASS"
+    honest.effective_dtype = "fp32"  # the engine itself says it computed in fp32
+    assert judge(bf16, honest, make_record()).reasons == [
+        "computed in fp32, the scenario asks for bf16 (Engine.effective_dtype read back from the engine)"]
+    assert judge(SCENARIO, make_record(), make_record()).status == "PASS"  # fp32: no lower bound

@@ -20,6 +20,8 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
                    "help": "multi-node: launch only this node's ranks (run once per node; node 0 reports)"}),
     ("master-addr", {"default": "127.0.0.1", "help": "multi-node: address of node 0 (rendezvous host)"}),
     ("master-port", {"type": int, "default": None, "help": "multi-node: rendezvous port, the same on every node"}),
+    ("shard", {"default": None, "metavar": "I/N",
+               "help": "run only shard I of N (deterministic, even by expected cost); `parity report` merges them"}),
     ("history", {"action": "append", "default": None, "metavar": "DIR",
                  "help": "an earlier run's out dir (repeat it): scenarios with `perf:` gates compare with them"}),
 ]

@@ -20,6 +20,7 @@ import pytest
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.matrix import load_file
 from parity.harness.config.selection import with_device
+from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import check_environment, check_scenario, skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge.verdict import Verdict
@@ -185,6 +186,21 @@ class ScenarioItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"scenario {self.scenario.id}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--parity-shard I/N: keep this shard's scenario items (other tests are not sharded)."""
+    if not (text := config.getoption("parity_shard")):
+        return
+    try:
+        shard = Shard.parse(text)
+    except ScenarioError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    scenarios = [item.scenario for item in items if isinstance(item, ScenarioItem)]
+    kept = {scenario.id for scenario in split(scenarios, shard)}
+    mine = [not isinstance(item, ScenarioItem) or item.scenario.id in kept for item in items]
+    config.hook.pytest_deselected(items=[item for item, keep in zip(items, mine, strict=True) if not keep])
+    items[:] = [item for item, keep in zip(items, mine, strict=True) if keep]
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Merge the nightly lanes' results (downloaded artifacts, one parity-out/LANE/ folder each) into one table:
-# `parity report parity-out/* --out parity-merged`, which writes parity-merged/summary.md and appends the table to
-# the job's step summary. Exit 0 once the merged table is written, also when it holds FAIL rows (the lane jobs are
-# red for those); non-zero when there is nothing to merge or the report itself fails.
+# `parity report parity-out/* --out parity-merged --html`, which writes parity-merged/summary.md and report.html
+# and appends the table (and a link to the page) to the job's step summary. Exit 0 once the merged table is
+# written, also when it holds FAIL rows (the lane jobs are red for those); non-zero when there is nothing to merge
+# or the report itself fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 summary=${GITHUB_STEP_SUMMARY:-/dev/null}
@@ -39,10 +40,19 @@ bash ci/install_cpu.sh "$venv"
 
 printf '# Nightly parity, all lanes: %s\n\n' "${lanes[*]#parity-out/}" >>"$summary"
 rc=0
-parity report "${lanes[@]}" --out parity-merged || rc=$?
+parity report "${lanes[@]}" --out parity-merged --html || rc=$?
 if [ "$rc" -gt 1 ] || [ ! -f parity-merged/summary.md ]; then
   echo "::error title=nightly report::parity report exited with $rc and wrote no merged summary"
   echo "parity report failed (exit $rc); see the job log." >>"$summary"
   exit 1
+fi
+# The page (sortable table, per-scenario plots): in the parity-merged artifact, and on GitHub Pages where enabled.
+if [ -f parity-merged/report.html ]; then
+  run_url="${GITHUB_SERVER_URL:-https://github.com}/${GITHUB_REPOSITORY:-}/actions/runs/${GITHUB_RUN_ID:-}"
+  printf '\n**Full report** (sortable table, loss / grad-norm / |Δ log-prob| plots per scenario): `report.html` in the [parity-merged artifact](%s#artifacts)' "$run_url" >>"$summary"
+  if [ -n "${PARITY_PAGES_URL:-}" ]; then
+    printf ', published at [%s](%s)' "$PARITY_PAGES_URL" "$PARITY_PAGES_URL" >>"$summary"
+  fi
+  printf '\n' >>"$summary"
 fi
 echo "merged ${#lanes[@]} lane(s) into parity-merged/ (parity report exit $rc)"

@@ -20,6 +20,7 @@ from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import skip_reason
 from parity.harness.judge.verdict import Verdict
 from parity.harness.options import add_options, run_options
+from parity.harness.run.launch import Interrupted
 from parity.harness.runner import Runner
 from parity.reports import history, html
 from parity.reports import results as results_file
@@ -51,8 +52,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.finished(result)
 
     print(f"running {len(scenarios)} scenarios -> {options.out_dir}/", flush=True)
-    with RunProgress(len(scenarios)) as progress:
-        runner.run(scenarios, on_result)
+    try:
+        with RunProgress(len(scenarios)) as progress:
+            runner.run(scenarios, on_result)
+    except Interrupted as exc:  # the running scenario is recorded as ERROR; report what finished, exit 128+N
+        publish(options.out_dir, collected, time.perf_counter() - started)
+        print(f"parity: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     publish(options.out_dir, collected, time.perf_counter() - started)
     return EXIT_FAILED if any(r["verdict"] in ("FAIL", "ERROR") for r in collected) else EXIT_OK
 

@@ -23,7 +23,7 @@ from parity.harness.judge import drift
 from parity.harness.judge.reference import baseline_scenario, cache_key, golden_dir, reference_scenario
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, skipped
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
-from parity.harness.run.launch import ForkedLauncher, LaunchResult, TorchrunLauncher
+from parity.harness.run.launch import ForkedLauncher, Interrupted, LaunchResult, TorchrunLauncher, interrupt_on_signals
 from parity.harness.run.records import RunRecord
 from parity.harness.run.worker import RunJob
 from parity.reports import results as results_file
@@ -86,16 +86,29 @@ class Runner:
 
     def run(self, scenarios: Iterable[Scenario], on_result: Callable[[Verdict], None] | None = None) -> list[Verdict]:
         verdicts = []
-        for scenario in scenarios:
-            verdict = self.run_scenario(scenario)
-            if on_result:
+        with interrupt_on_signals():
+            for scenario in scenarios:
                 try:
-                    on_result(verdict)
-                except Exception as exc:  # a report that cannot be written is that scenario's ERROR
-                    verdict = failed(scenario, "reporting", exc)
-                    on_result(verdict)
-            verdicts.append(verdict)
+                    verdict = self.run_scenario(scenario)
+                except Interrupted as exc:  # the launcher killed the ranks on the way out: record, clean up, stop
+                    if on_result:
+                        on_result(failed(scenario, "running", exc))
+                    self.close()
+                    raise
+                if on_result:
+                    try:
+                        on_result(verdict)
+                    except Exception as exc:  # a report that cannot be written is that scenario's ERROR
+                        verdict = failed(scenario, "reporting", exc)
+                        on_result(verdict)
+                verdicts.append(verdict)
         return verdicts
+
+    def close(self) -> None:
+        """Stop the warm forkserver (a later run starts a new one)."""
+        if self._forked is not None:
+            self._forked.close()
+            self._forked = None
 
     def run_scenario(self, scenario: Scenario) -> Verdict:
         """One scenario's verdict. Whatever goes wrong while collecting, comparing or judging it (an unreadable

@@ -19,17 +19,46 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from parity.harness.contract.schema import Layout
 from parity.harness.run.worker import RunJob, exit_after, failure_marker, failure_message, run_rank
 
 LaunchStatus = Literal["ok", "error", "timeout"]
 POLL_S = 0.02
+
+
+class Interrupted(BaseException):
+    """SIGTERM / SIGINT reached the harness. A BaseException, so per-scenario isolation (`except Exception`) does
+    not swallow it: the launchers' `finally` kill the ranks, the runner records the scenario and stops."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interrupt_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGINT into `Interrupted` in the main thread for the duration (no-op elsewhere)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +87,18 @@ def _kill_group(pid: int | None) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def _kill_ranks(record_dir: Path) -> None:
+    """Kill the ranks that registered a pid file (torchrun starts its workers in sessions of their own, so
+    killing torchrun's process group leaves them running), with their own process groups."""
+    for pid_file in record_dir.glob("rank*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text())
+            _kill_group(pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        pid_file.unlink(missing_ok=True)
 
 
 def _logs_tail(record_dir: Path, failed_rank: int | None) -> str:
@@ -89,7 +130,7 @@ def _fresh_record_dir(job: RunJob) -> Path:
     """The run's directory, without failure markers left by an earlier run."""
     record_dir = Path(job.record_dir)
     record_dir.mkdir(parents=True, exist_ok=True)
-    for marker in record_dir.glob("rank*.failed"):
+    for marker in [*record_dir.glob("rank*.failed"), *record_dir.glob("rank*.pid")]:
         marker.unlink(missing_ok=True)
     return record_dir
 
@@ -137,6 +178,15 @@ class ForkedLauncher:
         self._mp = multiprocessing.get_context("forkserver")
         self._mp.set_forkserver_preload(list(preload))
 
+    def close(self) -> None:
+        """Stop the forkserver and the resource tracker it started (both outlive the harness otherwise when it is
+        signalled). Python keeps no public API for either; the private stops exist since 3.8."""
+        from multiprocessing import forkserver, resource_tracker
+
+        for server in (forkserver._forkserver, resource_tracker._resource_tracker):
+            with contextlib.suppress(AttributeError, OSError, ChildProcessError):
+                server._stop()
+
     def launch(self, job: RunJob, world_size: int, timeout_s: float) -> LaunchResult:
         import torch.distributed as dist
 
@@ -161,6 +211,7 @@ class ForkedLauncher:
             for proc in procs:
                 _kill_group(proc.pid)
                 proc.join(timeout=5)
+            _kill_ranks(record_dir)
             del store
         return LaunchResult(status, time.perf_counter() - started, error, log_tail)
 
@@ -213,4 +264,5 @@ class TorchrunLauncher:
                 _kill_group(proc.pid)
                 proc.wait(timeout=10)
                 log.close()
+            _kill_ranks(record_dir)
         return LaunchResult(status, time.perf_counter() - started, error, log_tail)

@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     job = RunJob.from_file(args.job)
     env = os.environ
     rank = int(env["RANK"])
+    # torchrun starts each worker in a session of its own: the launcher kills it by this pid, not torchrun's group
+    (Path(job.record_dir) / f"rank{rank}.pid").write_text(str(os.getpid()))
     exit_after(failure_marker(job.record_dir, rank), run_rank, job, rank, int(env["WORLD_SIZE"]),
                int(env.get("LOCAL_RANK", 0)), None)
 

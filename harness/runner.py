@@ -20,7 +20,14 @@ from parity.harness.config.registry import preload_modules, spec_for
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge import drift
-from parity.harness.judge.reference import baseline_scenario, cache_key, golden_dir, reference_scenario
+from parity.harness.judge.reference import (
+    baseline_scenario,
+    cache_key,
+    golden_dir,
+    golden_mismatch,
+    reference_scenario,
+    run_identity,
+)
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, skipped
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
 from parity.harness.run.launch import ForkedLauncher, Interrupted, LaunchResult, TorchrunLauncher, interrupt_on_signals
@@ -159,9 +166,13 @@ class Runner:
         ref = reference_scenario(scenario)
         if ref is None:
             try:
-                return RunRecord.load(golden_dir(scenario))
+                golden = RunRecord.load(golden_dir(scenario))
             except (OSError, ValueError, TypeError, KeyError) as exc:
                 return RunRecord.failed("golden", "", "error", f"cannot read golden {golden_dir(scenario)}: {exc}")
+            if problems := golden_mismatch(golden.provenance, scenario):
+                return RunRecord.failed("golden", "", "error", f"golden {golden_dir(scenario)} does not match the "
+                                        f"scenario: {'; '.join(problems)}")
+            return golden
         return self._cached(ref, "reference")
 
     def _cached(self, run: Scenario, kind: str) -> RunRecord:
@@ -182,7 +193,8 @@ class Runner:
     def _job(self, scenario: Scenario, run_id: str, record_dir: Path) -> RunJob:
         return RunJob(run_id=run_id, scenario=scenario.model_dump(mode="json"), record_dir=str(record_dir),
                       cache_dir=str(self.options.cache_dir.resolve()),
-                      provenance={"harness_commit": self._commit, "scenario_hash": scenario.content_hash(),
+                      provenance={**run_identity(scenario), "harness_commit": self._commit,
+                                  "scenario_hash": scenario.content_hash(),
                                   "launcher": self._launcher_name(scenario),
                                   "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
 

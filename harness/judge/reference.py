@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import importlib.util
 from pathlib import Path
+from typing import Any
 
 from parity.harness.config.models import expand_model_path, model_identity
 from parity.harness.contract.schema import Layout, Scenario
@@ -38,6 +40,55 @@ def baseline_scenario(scenario: Scenario) -> Scenario | None:
                     engine_kwargs={"precision": precision}, name=f"baseline-{precision}")
 
 
+#: modules whose source computes a reference run: an edit to any of them must not reuse an old cached reference
+REFERENCE_CODE = ("parity.engines.hf", "parity.engines.hf_common", "parity.harness.contract",
+                  "parity.harness.run.worker")
+
+
+def code_hash(modules: tuple[str, ...] = REFERENCE_CODE) -> str:
+    """sha256 over the source files of `modules` (a package counts with every .py file beside its __init__),
+    located without importing them."""
+    digest = hashlib.sha256()
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            continue
+        origin = Path(spec.origin)
+        files = sorted(origin.parent.glob("*.py")) if spec.submodule_search_locations else [origin]
+        for path in files:
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def engine_module(run: Scenario) -> str | None:
+    """The module of a run's engine class ('pkg.mod:Class' -> 'pkg.mod'), for runs other than the hf engine."""
+    from parity.harness.config.registry import spec_for
+
+    return spec_for(run).engine.partition(":")[0] or None
+
+
+def run_identity(run: Scenario) -> dict[str, Any]:
+    """What a golden must agree on with the scenario judged against it (stored in every record's provenance)."""
+    return {"model": run.model, "model_identity": model_identity(run.model),
+            "workload": run.workload.model_dump(mode="json")}
+
+
+def golden_mismatch(provenance: dict[str, Any], scenario: Scenario) -> list[str]:
+    """The fields in which a golden's recorded identity differs from the scenario's ('workload.seed 1234 vs 7')."""
+    want = run_identity(scenario)
+    missing = [key for key in want if key not in provenance]
+    if missing:
+        return [f"no recorded {', '.join(missing)} (a golden recorded before provenance was stored)"]
+    problems = []
+    if provenance["model_identity"] != want["model_identity"]:
+        problems.append(f"model {provenance['model']} ({provenance['model_identity']}) vs {want['model']} "
+                        f"({want['model_identity']})")
+    stored = provenance["workload"]
+    problems += [f"workload.{key} {stored.get(key)!r} vs {value!r}" for key, value in want["workload"].items()
+                 if stored.get(key) != value]
+    return problems
+
+
 def cache_key(run: Scenario) -> str:
     versions = []
     for package in ("torch", "transformers", "megatron-core"):
@@ -45,5 +96,7 @@ def cache_key(run: Scenario) -> str:
             versions.append(f"{package}={md.version(package)}")
         except md.PackageNotFoundError:
             continue
-    blob = "|".join([run.content_hash(), model_identity(run.model), *versions])
+    modules = REFERENCE_CODE if run.strategy == "hf" else (*REFERENCE_CODE, engine_module(run) or "")
+    blob = "|".join([run.content_hash(), model_identity(run.model), code_hash(tuple(filter(None, modules))),
+                     *versions])
     return hashlib.sha256(blob.encode()).hexdigest()[:20]

@@ -13,8 +13,11 @@ from tabulate import tabulate
 
 
 def _num(value: Any, fmt: str = ".2e") -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    """'-' for a metric that was not measured, 'nan' for one that was and is NaN (a NaN is a result, not a gap)."""
+    if value is None:
         return "-"
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
     return format(value, fmt)
 
 

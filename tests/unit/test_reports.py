@@ -47,3 +47,12 @@ def test_shards_merge_and_a_rerun_replaces_a_row(tmp_path):
     merged = results.load([a, b])
     assert [r["id"] for r in merged] == [ROWS[0]["id"], ROWS[1]["id"]] and merged[1]["verdict"] == "FAIL"
     assert json.loads((a / "results.jsonl").read_text().splitlines()[0])["id"] == ROWS[0]["id"]
+
+
+def test_nan_metrics_show_as_nan_not_as_missing():
+    """A NaN log-prob used to render as '-', the same as a metric never measured."""
+    from parity.reports.table import parity_table
+
+    nan_row = result("tiny-qwen3/fsdp2/dp2/fp32/cpu", "fsdp2", "dp2", float("nan"), "FAIL")
+    text = parity_table([nan_row])
+    assert "| nan " in text

@@ -55,6 +55,7 @@ MINDSPEED_MEGATRON = EngineSpec(
     requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",
                                                 why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),
               MEGATRON_CORE),
+    environment_check="parity.engines.mindspeed_env:megatron_pairing_problem",
     devices=("npu",), preload=("transformers",), preload_excludes=("megatron", "mindspeed"))
 
 MINDSPEED_FSDP = EngineSpec(

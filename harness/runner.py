@@ -142,8 +142,14 @@ class Runner:
         candidate = self.execute(scenario, scenario.id, self._record_dir(scenario))
         if not candidate.ok:
             return errored(scenario, candidate)
+        repeats = []
+        for i in range(2, scenario.repeat + 1):  # deterministic lane: the same run again, bit for bit
+            again = self.execute(scenario, f"{scenario.id}#{i}", self._record_dir(scenario) / f"repeat{i}")
+            if not again.ok:
+                return errored(scenario, again, f"repeat {i}")
+            repeats.append(again)
         try:
-            verdict = judge(scenario, candidate, reference, baseline)
+            verdict = judge(scenario, candidate, reference, baseline, repeats)
         except Exception as exc:  # e.g. a record without the tensors the comparison needs
             return failed(scenario, "comparing", exc)
         verdict.info["reference_wall_time_s"] = reference.wall_time_s

@@ -8,6 +8,7 @@ batch- and process-level ones.
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -52,12 +53,16 @@ class FaultPlan:
 
     def scale_grads(self, grads: Iterable[Any], step: int) -> None:
         """grad_scale: every gradient multiplied on one step (hidden by Adam and clipping: only the
-        pre-clip grad norm shows it)."""
+        pre-clip grad norm shows it). nondeterministic: gradients scaled by 1 + ~1e-6 drawn from the OS entropy
+        pool, as an unordered atomic reduction would perturb them (far below every tolerance; only the
+        deterministic lane, `repeat:`, sees it)."""
         fault = self.active("grad_scale", step)
-        if fault:
+        noise = self.active("nondeterministic", step)
+        if fault or noise:
+            factor = (fault.factor if fault else 1.0) * (1.0 + 1e-6 * random.SystemRandom().random() if noise else 1.0)
             for grad in grads:
                 if grad is not None:
-                    grad.mul_(fault.factor)
+                    grad.mul_(factor)
 
     def patch_hf_config(self, config: Any) -> None:
         """rope_theta_int: rope_theta truncated to an integer, as `int(config.rope_theta)` would."""

@@ -167,7 +167,7 @@ class PerfGate(_Strict):
 
 FaultKind = Literal["grad_scale", "rank_loss_scale", "rope_theta_int", "mask_shift", "local_token_norm",
                     "tp_allreduce_skip", "pp_stage_grad_scale", "qkv_interleave", "tp_grad_reduce_skip",
-                    "crash", "hang", "drop_kwarg"]
+                    "crash", "hang", "drop_kwarg", "nondeterministic"]
 
 
 class Fault(_Strict):
@@ -222,6 +222,9 @@ class Scenario(_Strict):
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Passed to a third-party engine."""
     faults: tuple[Fault, ...] = ()
+    repeat: int = Field(1, ge=1)
+    """Deterministic lane: run the candidate this many times; its log-probs, losses and grad norms must be
+    bit-identical across the runs."""
     name: str | None = None
     """Optional suffix that makes the id unique (e.g. 'alltoall')."""
     source: str | None = Field(None, exclude=True)

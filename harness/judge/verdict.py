@@ -7,8 +7,11 @@ failing check is a reason that names the metric, the step, the observed value an
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+import torch
 
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge.compare import SeriesDiff, error_ratio, series_rel_diff, token_diff
@@ -83,7 +86,7 @@ def failed(scenario: Scenario, stage: str, exc: BaseException) -> Verdict:
 
 
 def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
-          baseline: RunRecord | None = None) -> Verdict:
+          baseline: RunRecord | None = None, repeats: Sequence[RunRecord] = ()) -> Verdict:
     limits = limits_for(scenario.dtype, scenario.tolerance)
     if baseline is not None and (problem := baseline_problem(baseline, reference)):
         return Verdict(scenario.id, "ERROR", [f"baseline {scenario.baseline} ({baseline.run_id}) is unusable as a "
@@ -95,6 +98,7 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
     if differing := kwargs_not_as_given(scenario, candidate):
         reasons.append(f"engine kwargs not applied as given: {'; '.join(differing)}")
     reasons += precision_problems(scenario.dtype, candidate, metrics, limits)
+    reasons += [f"not deterministic: {problem}" for problem in determinism_problems(candidate, repeats)]
     metrics |= perf_metrics(candidate, scenario.dtype, scenario.layout.world_size)
     if scenario.reference.startswith("golden:"):  # a stored run on the reference device: speed side by side
         metrics["vs_reference"] = versus_reference(metrics, reference_perf(reference))
@@ -191,6 +195,24 @@ def precision_problems(dtype: str, candidate: RunRecord, metrics: dict[str, Any]
     if limits.logprob_max_abs_min and observed < limits.logprob_max_abs_min:
         problems.append(f"not computed in {dtype}: log-prob before training max |Δ| vs fp32 = {observed:.3g} < "
                         f"{limits.logprob_max_abs_min:.3g}, the least a {dtype} forward differs by (lower bound)")
+    return problems
+
+
+def determinism_problems(first: RunRecord, repeats: Sequence[RunRecord]) -> list[str]:
+    """Where a repeat of the same run differs from the first, bit for bit (NaN equals NaN here)."""
+    problems = []
+    for index, again in enumerate(repeats, start=2):
+        for key in PHASES:
+            a, b = first.tensors[key], again.tensors[key]
+            if not torch.equal(a.nan_to_num(), b.nan_to_num()) or not torch.equal(a.isnan(), b.isnan()):
+                delta = float((a.double() - b.double()).abs().nan_to_num().max())
+                problems.append(f"run {index} {PHASES[key]} differs from run 1 (max |Δ| {delta:.3g})")
+        for name in ("loss", "grad_norm"):
+            ours, theirs = [getattr(s, name) for s in first.steps], [getattr(s, name) for s in again.steps]
+            if ours != theirs and not all(math.isnan(x) and math.isnan(y) for x, y in zip(ours, theirs, strict=False)):
+                step = next((i + 1 for i, (x, y) in enumerate(zip(ours, theirs, strict=False)) if x != y), None)
+                label = "pre-clip grad norm" if name == "grad_norm" else name
+                problems.append(f"run {index} {label} differs from run 1 at step {step}")
     return problems
 
 

@@ -176,3 +176,18 @@ def test_low_precision_run_that_computed_in_fp32_fails():
     assert judge(bf16, honest, make_record()).reasons == [
         "computed in fp32, the scenario asks for bf16 (Engine.effective_dtype read back from the engine)"]
     assert judge(SCENARIO, make_record(), make_record()).status == "PASS"  # fp32: no lower bound
+
+
+def test_repeats_must_be_bit_identical():
+    from parity.harness.judge.verdict import determinism_problems
+
+    assert determinism_problems(make_record(), [make_record()]) == []
+    nan_both = make_record(losses=(math.nan, 0.4))
+    assert determinism_problems(nan_both, [make_record(losses=(math.nan, 0.4))]) == []
+    drifted = make_record(norms=(3.0, 1.0 + 1e-12))
+    drifted.tensors["logprobs_after"] = drifted.tensors["logprobs_after"] + 0.25
+    verdict = judge(SCENARIO, make_record(), make_record(), repeats=[make_record(), drifted])
+    assert verdict.status == "FAIL"
+    assert [r for r in verdict.reasons if r.startswith("not deterministic")] == [
+        "not deterministic: run 3 log-prob after the last step differs from run 1 (max |Δ| 0.25)",
+        "not deterministic: run 3 pre-clip grad norm differs from run 1 at step 2"]

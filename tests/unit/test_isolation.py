@@ -41,7 +41,7 @@ def test_token_outputs_are_checked_for_type_and_shape_but_nan_values_pass():
     with pytest.raises(EngineOutputError, match=r"Engine.forward \(after training\): entropy has shape \[3, 2\], "
                                                 r"expected \[B, R\] = \[2, 3\]"):
         checked_tokens(TokenOutputs(torch.zeros(2, 3), torch.zeros(3, 2)), 0, (2, 3), "forward (after training)")
-    with pytest.raises(EngineOutputError, match="logprobs is torch.int64, expected a floating-point tensor"):
+    with pytest.raises(EngineOutputError, match=r"logprobs is torch\.int64, expected a floating-point tensor"):
         checked_tokens(TokenOutputs(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3)), 0, (2, 3), "forward")
     with pytest.raises(EngineOutputError, match="returned NoneType on rank 0, expected TokenOutputs"):
         checked_tokens(None, 0, (2, 3), "forward")

@@ -23,7 +23,7 @@ CANDIDATE, REFERENCE = "#1f77b4", "#ff7f0e"
 
 def _png(fig: Any) -> str:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=DPI)  # fixed margins: tight bboxes cost a layout pass each
     plt.close(fig)
     return base64.b64encode(buffer.getvalue()).decode()
 
@@ -47,7 +47,7 @@ def scenario_figure(result: dict[str, Any]) -> str | None:
             ax.legend(fontsize=7)
         ax.set_title(title, fontsize=9)
     _histogram(axes[2], hist)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.18, top=0.9, wspace=0.3)
     return _png(fig)
 
 
@@ -59,9 +59,8 @@ def _histogram(ax: Any, hist: dict[str, Any] | None) -> None:
     centers = [math.log10(e) for e in edges[:-1]]
     width = math.log10(edges[1]) - math.log10(edges[0])
     for phase, color, label in (("logprobs_before", CANDIDATE, "before"), ("logprobs_after", REFERENCE, "after")):
-        counts = hist[phase]["counts"]
-        ax.bar(centers, counts, width=width, align="edge", alpha=0.55, color=color,
-               label=f"{label} (exact/below: {hist[phase]['below']}, above/non-finite: {hist[phase]['above']})")
+        ax.stairs(hist[phase]["counts"], [*centers, centers[-1] + width], fill=True, alpha=0.55, color=color,
+                  label=f"{label} (exact/below: {hist[phase]['below']}, above/non-finite: {hist[phase]['above']})")
     ax.set_xlabel("log10 |Δ|")
     ax.set_ylabel("tokens")
     ax.legend(fontsize=6)
@@ -76,7 +75,7 @@ def layouts_figure(model: str, dtype: str, values: dict[str, float]) -> str:
     ax.set_yscale("log")
     ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
     ax.set_title(f"{model} {dtype}: max |Δ log-prob| by strategy / layout", fontsize=9)
-    fig.tight_layout()
+    fig.subplots_adjust(bottom=0.45, top=0.88)
     return _png(fig)
 
 
@@ -93,5 +92,5 @@ def trend_figure(run_id: str, labels: list[str], series: dict[str, list[float | 
         ax.set_title(name, fontsize=8)
         ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=6)
     fig.suptitle(run_id, fontsize=8)
-    fig.tight_layout()
+    fig.subplots_adjust(bottom=0.35, top=0.8, wspace=0.35)
     return _png(fig)

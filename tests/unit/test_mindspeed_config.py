@@ -162,9 +162,14 @@ def test_prepare_megatron_repatches_before_model_parallel_init(monkeypatch: pyte
     engine.routed = types.SimpleNamespace(rejected={"use_flash_attn": "no field", "typo": "no field"})
     engine._warn_rejected()
     assert engine.warned == {"typo": "no field"} and set(engine.routed.rejected) == {"use_flash_attn", "typo"}
-    # the layout-owned key stays out, so the harness fails the scenario as "dropped engine kwargs"
+    # read back from the TransformerConfig MindSpeed built (its patched __init__ copies its args onto it); the
+    # layout-owned key stays out, so the harness fails the scenario as "dropped engine kwargs"
+    engine.config = types.SimpleNamespace(cp_window_size=1, use_flash_attn=False)
     assert engine.applied_kwargs() == {"mcore_kwargs": {"recompute_granularity": "full", "cp_window_size": 1,
                                                         "use_flash_attn": False}}
+    # a key MindSpeed's args took but its config never got is not reported as applied (FAILs as dropped)
+    del engine.config.cp_window_size
+    assert engine.applied_kwargs() == {"mcore_kwargs": {"recompute_granularity": "full", "use_flash_attn": False}}
 
 
 # ---- mindspeed_fsdp -----------------------------------------------------------------------------------------

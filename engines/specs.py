@@ -19,7 +19,7 @@ MEGATRON_LAYOUT_KEYS: dict[str, str] = {
 MEGATRON_DIMS = frozenset({"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel"})
 
 MEGATRON_CORE = Requirement(
-    module="megatron.core", distribution="megatron-core", versions=">=0.16.1,<0.17",
+    module="megatron.core", distribution="megatron-core", versions=">=0.12.1,<0.17",
     why="megatron-core is not installed (pip install -e '.[megatron]')")
 TORCH_NPU = Requirement(module="torch_npu", why="needs torch_npu (the Ascend PyTorch adapter; installed only in "
                                                 "Ascend images with CANN)")

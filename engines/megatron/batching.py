@@ -71,17 +71,19 @@ def micro_batches(batch: Batch, old_logprobs: torch.Tensor | None, dp: int, dp_r
     out = []
     for first in range(dp_rank * rows_per_rank, (dp_rank + 1) * rows_per_rank, micro_batch_size):
         rows = torch.arange(first, first + micro_batch_size)
-        sliced = get_batch_on_this_cp_rank({
+        # on the device BEFORE slicing: up to 0.12 Megatron moves its chunk index to the accelerator (`.cuda()`)
+        whole = {
             "tokens": batch.input_ids[rows], "labels": labels[rows], "score_mask": score_mask[rows],
             "old_logprobs": old[rows], "advantages": advantages[rows],
             "positions": torch.arange(seq)[None].expand(len(rows), seq).contiguous(),
             "attention_mask": attention_mask(batch.attention_mask[rows]),
-        })
+        }
+        sliced = get_batch_on_this_cp_rank({key: value.to(device) for key, value in whole.items()})
         out.append(MicroBatch(
-            tokens=sliced["tokens"].to(device), position_ids=batch.position_ids[rows].to(device),
-            attention_mask=sliced["attention_mask"].to(device), labels=sliced["labels"].to(device),
-            score_mask=sliced["score_mask"].to(device), old_logprobs=sliced["old_logprobs"].to(device),
-            advantages=sliced["advantages"].to(device), rows=rows, positions=sliced["positions"][0]))
+            tokens=sliced["tokens"], position_ids=batch.position_ids[rows].to(device),
+            attention_mask=sliced["attention_mask"], labels=sliced["labels"], score_mask=sliced["score_mask"],
+            old_logprobs=sliced["old_logprobs"], advantages=sliced["advantages"], rows=rows,
+            positions=sliced["positions"][0].cpu()))
     return out
 
 

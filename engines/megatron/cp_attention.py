@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from megatron.core.transformer.module import MegatronModule
 
+from parity.engines.megatron import compat
+
 
 class _GatherChunks(torch.autograd.Function):
     """All-gather along dim 0 over the CP group; backward sums the gradient over the group and keeps this
@@ -43,16 +45,16 @@ def sequence_order(cp: int) -> list[int]:
 
 
 class CPGatherAttention(MegatronModule):
-    """Drop-in for `core_attention` in the layer spec (same constructor and forward signature)."""
+    """Drop-in for `core_attention` in the layer spec (same constructor and forward signature; the process
+    groups come as `model_comm_pgs` in 0.13 / 0.14, `pg_collection` from 0.15, not at all in 0.12)."""
 
     def __init__(self, config: Any, layer_number: int, attn_mask_type: Any, attention_type: str,
                  attention_dropout: float | None = None, softmax_scale: float | None = None,
-                 cp_comm_type: str | None = None, pg_collection: Any = None) -> None:
+                 cp_comm_type: str | None = None, pg_collection: Any = None, model_comm_pgs: Any = None) -> None:
         super().__init__(config=config)
         from megatron.core import parallel_state
 
-        self.cp_group = (getattr(pg_collection, "cp", None) if pg_collection is not None else None) \
-            or parallel_state.get_context_parallel_group()
+        self.cp_group = compat.cp_group_of(pg_collection, model_comm_pgs)
         tp = parallel_state.get_tensor_model_parallel_world_size()
         self.heads = config.num_attention_heads // tp
         self.groups = max(config.num_query_groups // tp, 1)

@@ -1,10 +1,11 @@
-"""Megatron-Core 0.16.1 on CPU with gloo: every patch in one place, applied only when the device is cpu.
+"""Megatron-Core on CPU with gloo: every patch in one place, applied only when the device is cpu.
 
 Megatron-Core assumes CUDA in a handful of places (see docs/megatron.md for the list and why each patch is
-sound). This shim patches private functions of one pinned release, so it refuses any other version rather than
-patch something it has not read. `CpuCompat.apply()` records every attribute it replaces and `restore()` puts
-them back, so a forked rank that runs another engine afterwards sees stock torch and Megatron. On cuda / npu
-nothing here runs.
+sound). This shim patches private functions that have the same signatures in every release of the supported
+range (MEGATRON_CORE in engines/specs.py), probing for what differs between them; it refuses a release outside
+that range rather than patch something it has not read. `CpuCompat.apply()` records every attribute it
+replaces and `restore()` puts them back, so a forked rank that runs another engine afterwards sees stock torch
+and Megatron. On cuda / npu nothing here runs.
 """
 
 from __future__ import annotations
@@ -17,17 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
-SUPPORTED_MCORE_VERSION = "0.16.1"
-
-
-def check_version() -> None:
-    from megatron.core import package_info
-
-    if package_info.__version__ != SUPPORTED_MCORE_VERSION:
-        raise RuntimeError(
-            f"parity.engines.megatron.cpu_compat patches private functions of megatron-core {SUPPORTED_MCORE_VERSION}; "
-            f"megatron-core {package_info.__version__} is installed. Install megatron-core=={SUPPORTED_MCORE_VERSION} "
-            "for CPU runs (`pip install -e .[megatron]`), or run on cuda where no shim is needed.")
+from parity.engines.megatron.compat import require_supported_version
 
 
 def config_overrides() -> dict[str, object]:
@@ -133,9 +124,9 @@ def _move_to_cpu(tensor: Any, as_numpy: bool = False, record_stream: bool = Fals
 def _gather_first_dim_gloo(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """mappings._gather_along_first_dim: gloo cannot all_gather unequal sizes; pad to the largest, gather, trim."""
 
-    def gather(input_: torch.Tensor, group: Any, output_split_sizes: Any = None,
+    def gather(input_: torch.Tensor, group: Any = None, output_split_sizes: Any = None,
                use_global_buffer: bool = False) -> torch.Tensor:
-        if output_split_sizes is None or group.size() == 1:
+        if output_split_sizes is None or group is None or group.size() == 1:
             return original(input_, group, output_split_sizes, use_global_buffer)
         sizes = [int(s) for s in output_split_sizes]
         padded = input_.new_zeros(max(sizes), *input_.shape[1:])
@@ -151,15 +142,28 @@ def _reduce_scatter_first_dim_gloo(original: Callable[..., torch.Tensor]) -> Cal
     """mappings._reduce_scatter_along_first_dim with unequal splits (the backward of the gather above):
     all-reduce the whole tensor and keep this rank's rows."""
 
-    def reduce_scatter(input_: torch.Tensor, group: Any, input_split_sizes: Any = None,
+    def reduce_scatter(input_: torch.Tensor, group: Any = None, input_split_sizes: Any = None,
                        use_global_buffer: bool = False) -> torch.Tensor:
-        if input_split_sizes is None or group.size() == 1:
+        if input_split_sizes is None or group is None or group.size() == 1:
             return original(input_, group, input_split_sizes, use_global_buffer)
         total = input_.contiguous().clone()
         dist.all_reduce(total, group=group)
         return list(torch.split(total, [int(s) for s in input_split_sizes]))[group.rank()].contiguous()
 
     return reduce_scatter
+
+
+def _quantize_nothing_early(original: Callable[..., None]) -> Callable[..., None]:
+    """fp8_utils._quantize_param_shard_impl without Transformer Engine: the distributed optimizer calls it on every
+    step, with an empty list when there are no fp8 params. Up to 0.12 it raises even then; return early as 0.13+
+    do (a non-empty list still reaches the original, which raises)."""
+
+    def quantize(model_params: Any, *args: Any, **kwargs: Any) -> None:
+        if len(model_params) == 0:
+            return
+        original(model_params, *args, **kwargs)
+
+    return quantize
 
 
 def _torch_norm_new(cls: type, config: Any, hidden_size: int, eps: float = 1e-5, **kwargs: Any) -> torch.nn.Module:
@@ -193,7 +197,8 @@ class CpuCompat:
         setattr(owner, name, value)
 
     def apply(self) -> None:
-        check_version()
+        require_supported_version()
+        from megatron.core import fp8_utils
         from megatron.core.tensor_parallel import mappings, random
         from megatron.core.transformer import torch_norm
         from megatron.core.transformer.moe import moe_utils, token_dispatcher
@@ -216,8 +221,12 @@ class CpuCompat:
         if getattr(moe_utils, "te_general_gemm", None) is None:
             self._set(moe_utils, "te_general_gemm", None)
         self._set(token_dispatcher, "maybe_move_tensor_to_cpu", _move_to_cpu)
-        # the alltoall dispatcher caches its DtoH stream on the class: drop our stand-in on restore
-        self._set(token_dispatcher.MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", None)
+        # the alltoall dispatcher caches its DtoH stream on the class (an instance attribute up to 0.13): drop our
+        # stand-in on restore
+        if "cuda_dtoh_stream" in vars(token_dispatcher.MoEAlltoAllTokenDispatcher):
+            self._set(token_dispatcher.MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", None)
+        self._set(fp8_utils, "_quantize_param_shard_impl",
+                  _quantize_nothing_early(fp8_utils._quantize_param_shard_impl))
         self._set(mappings, "_gather_along_first_dim", _gather_first_dim_gloo(mappings._gather_along_first_dim))
         self._set(mappings, "_reduce_scatter_along_first_dim",
                   _reduce_scatter_first_dim_gloo(mappings._reduce_scatter_along_first_dim))

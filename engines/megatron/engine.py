@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from parity.engines.megatron import compat
 from parity.engines.megatron.batching import MicroBatch, assemble, micro_batches
 from parity.engines.megatron.config import (
     SCHEDULE_DEFAULTS,
@@ -37,13 +38,14 @@ from parity.harness.contract.workload import Batch
 VOCAB_DIVISOR = 128
 
 
-def finalize_grads_without_token_rescale(model: list[Any], num_tokens: Any = None, pg_collection: Any = None,
-                                         force_all_reduce: bool = False) -> None:
+def finalize_grads_without_token_rescale(model: list[Any], num_tokens: Any = None, **kwargs: Any) -> None:
     """finalize_model_grads (dp x cp reduction, SP norm / embedding all-reduces) minus the division by the
-    token count: the loss is already divided by the global count."""
+    token count: the loss is already divided by the global count. The keywords are whatever this release's
+    schedule passes (none up to 0.13, `grad_finalize_pgs` in 0.14, `pg_collection` from 0.15, `force_all_reduce`
+    from 0.16): handed on as they came."""
     from megatron.core.distributed import finalize_model_grads
 
-    finalize_model_grads(model, None, pg_collection=pg_collection, force_all_reduce=force_all_reduce)
+    finalize_model_grads(model, None, **kwargs)
 
 
 class MegatronEngine(Engine):
@@ -84,6 +86,7 @@ class MegatronEngine(Engine):
         from parity.harness.contract.hf_config import get_rope_theta
 
         ctx, layout = self.ctx, self.ctx.scenario.layout
+        compat.require_supported_version()
         if layout.ulysses > 1:
             raise ValueError("the megatron engine has no Ulysses; use layout.cp for context parallel")
         self.on_cpu = ctx.device.type == "cpu"
@@ -149,11 +152,12 @@ class MegatronEngine(Engine):
             # torch.optim.AdamW's numerics: decoupled weight decay, default betas, eps 1e-8; plain SGD
             "optimizer": "sgd" if sgd else "adam", "lr": workload.lr, "min_lr": workload.lr,
             "weight_decay": workload.weight_decay, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8,
-            "decoupled_weight_decay": True, "sgd_momentum": 0.0, "clip_grad": workload.grad_clip,
+            **compat.adamw_kwargs(), "sgd_momentum": 0.0, "clip_grad": workload.grad_clip,
             "bf16": self.config.bf16, "fp16": self.config.fp16, "params_dtype": self.config.params_dtype,
             "use_distributed_optimizer": self.ddp_config.use_distributed_optimizer, **self.routed.optimizer})
-        # config_overrides={}: weight decay on every parameter, as torch.optim.AdamW over model.parameters()
-        self.optimizer = get_megatron_optimizer(self.optimizer_config, self.model, config_overrides={})
+        # weight decay on every parameter, as torch.optim.AdamW over model.parameters()
+        self.optimizer = get_megatron_optimizer(self.optimizer_config, self.model,
+                                                **compat.decay_every_param_kwargs())
         # Megatron copies its fp32 main params from the 16-bit model params; start them from the checkpoint's
         # exact values instead, as a resume does (and as the hf_master_weights baseline does)
         if unrounded and self.optimizer_config.use_precision_aware_optimizer:
@@ -191,16 +195,15 @@ class MegatronEngine(Engine):
         """The rank that reports this dp x cp coordinate's per-token results: TP rank 0 of the last stage."""
         from megatron.core import parallel_state
 
-        return parallel_state.is_pipeline_last_stage() and parallel_state.get_tensor_model_parallel_rank() == 0
+        return compat.is_last_physical_stage() and parallel_state.get_tensor_model_parallel_rank() == 0
 
     def _schedule(self, micro: list[MicroBatch], loss_func: Any, forward_only: bool) -> None:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         def forward_step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
             mb = next(data_iterator)
-            logits = model(input_ids=mb.tokens, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
-                           runtime_gather_output=True)
-            return logits, partial(loss_func, mb)
+            output = model(input_ids=mb.tokens, position_ids=mb.position_ids, attention_mask=mb.attention_mask)
+            return output, partial(loss_func, mb)
 
         get_forward_backward_func()(
             forward_step_func=forward_step, data_iterator=[iter(micro) for _ in self.model], model=self.model,
@@ -208,7 +211,13 @@ class MegatronEngine(Engine):
             micro_batch_size=self.schedule["micro_batch_size"], forward_only=forward_only)
 
     def _scores(self, mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token log-probs and entropy over the REAL vocabulary (TP-gathered logits, padding dropped)."""
+        """Per-token log-probs and entropy over the REAL vocabulary (TP-gathered logits, padding dropped).
+
+        The model returns this rank's vocabulary shard and the gather is explicit: `runtime_gather_output=True`
+        is refused under sequence parallel up to 0.12, and where it is accepted it calls this same function."""
+        from megatron.core import tensor_parallel
+
+        logits = tensor_parallel.gather_from_tensor_model_parallel_region(logits)
         return logprobs_and_entropy(logits[..., : self.arch.vocab_size], mb.labels)
 
     @torch.no_grad()

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from parity.engines.megatron import compat
 from parity.harness.contract.faults import FaultPlan
 
 
@@ -30,7 +31,7 @@ def skip_row_parallel_reduce(linear: Any) -> None:
         finally:
             linear.explicit_expert_comm = False
         if linear.sequence_parallel:  # the reduce-scatter would also have split the sequence
-            output = _split_along_first_dim(output, group=linear.tp_group)
+            output = _split_along_first_dim(output, group=compat.tp_group_of(linear))
         return output, bias
 
     linear.forward = forward

@@ -7,12 +7,11 @@ from typing import Any
 
 import torch
 from megatron.core import parallel_state
-from megatron.core.models.common.embeddings.rope_utils import get_pos_emb_on_this_cp_rank
-from megatron.core.models.gpt import GPTModel
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+from megatron.core.models.gpt import GPTModel, gpt_layer_specs
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from parity.engines.megatron import compat
 from parity.engines.megatron.convert import ModelArch, Shard, hf_to_mcore, te_name
 
 
@@ -29,27 +28,42 @@ class PositionalGPTModel(GPTModel):
 
     Stock Megatron rotates by 0..S-1; with left-padded prompts HF's positions start at each row's first real
     token. Attention only sees position differences, so both agree in exact arithmetic, but computing the same
-    angles as HF keeps the comparison at rounding level. Under CP the per-rank slice is taken with Megatron's
-    own `get_pos_emb_on_this_cp_rank`, so the forward step passes the WHOLE [b, s] position_ids."""
+    angles as HF keeps the comparison at rounding level. The angles are swapped in where every release asks for
+    them — the `rotary_pos_emb` call (inline in `forward` up to 0.12, in `_preprocess` from 0.13) — so the
+    forward step passes the WHOLE [b, s] position_ids and the per-rank CP slice is Megatron's own."""
 
-    def _preprocess(self, input_ids: Any, position_ids: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        out = super()._preprocess(input_ids, position_ids, *args, **kwargs)
-        if self.position_embedding_type != "rope" or position_ids is None:
-            return out
-        inv_freq = self.rotary_pos_emb.inv_freq.to(position_ids.device)
-        freqs = position_ids.float()[..., None] * inv_freq  # [b, s, d/2]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._positions: torch.Tensor | None = None
+        if self.position_embedding_type == "rope":
+            self.rotary_pos_emb.forward = self._rope_angles  # this instance only
+
+    def forward(self, input_ids: Any, position_ids: Any, *args: Any, **kwargs: Any) -> Any:
+        self._positions = position_ids
+        try:
+            return super().forward(input_ids, position_ids, *args, **kwargs)
+        finally:
+            self._positions = None
+
+    def _rope_angles(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        rope = self.rotary_pos_emb
+        if self._positions is None:
+            return type(rope).forward(rope, *args, **kwargs)
+        inv_freq = rope.inv_freq.to(self._positions.device)
+        freqs = self._positions.float()[..., None] * inv_freq  # [b, s, d/2]
         emb = torch.cat([freqs, freqs], dim=-1).transpose(0, 1)[:, :, None, :]  # [s, b, 1, d]
         cp_group = parallel_state.get_context_parallel_group()
         if cp_group.size() > 1:
-            emb = get_pos_emb_on_this_cp_rank(emb, 0, cp_group)
-        return (out[0], emb, *out[2:])
+            emb = compat.pos_emb_on_this_cp_rank(emb, 0, cp_group)
+        return emb
 
 
 def layer_spec(config: TransformerConfig, use_te: bool, vp_stage: int | None, cp_attention: type | None) -> Any:
     """Decoder block spec: TE, or the local spec (torch RMSNorm, local attention) whose core attention
     becomes `cp_attention` when given (Megatron's local attention refuses CP)."""
-    block = get_gpt_decoder_block_spec(config, use_transformer_engine=use_te, normalization=config.normalization,
-                                       vp_stage=vp_stage)
+    build = gpt_layer_specs.get_gpt_decoder_block_spec
+    block = build(config, use_transformer_engine=use_te, normalization=config.normalization,
+                  **compat.vp_stage_kwargs(build, vp_stage))
     for spec in {id(s): s for s in block.layer_specs}.values():
         attention = spec.submodules.self_attention
         if use_te:
@@ -67,14 +81,15 @@ def build_chunks(config: TransformerConfig, arch: ModelArch, rope_theta: float, 
     chunks = []
     for vp_stage in range(vpp or 1):
         stage = vp_stage if vpp else None
-        chunks.append(PositionalGPTModel(
-            config=config,
-            transformer_layer_spec=layer_spec(config, use_te, stage, cp_attention),
-            vocab_size=arch.padded_vocab_size, max_sequence_length=max_seq_len,
-            pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage),
-            post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage),
-            parallel_output=True, share_embeddings_and_output_weights=arch.tied,
-            position_embedding_type="rope", rotary_percent=1.0, rotary_base=rope_theta, vp_stage=stage))
+        with compat.building_stage(stage):
+            chunks.append(PositionalGPTModel(
+                config=config,
+                transformer_layer_spec=layer_spec(config, use_te, stage, cp_attention),
+                vocab_size=arch.padded_vocab_size, max_sequence_length=max_seq_len,
+                pre_process=compat.is_first_stage(stage), post_process=compat.is_last_stage(stage),
+                parallel_output=True, share_embeddings_and_output_weights=arch.tied,
+                position_embedding_type="rope", rotary_percent=1.0, rotary_base=rope_theta,
+                **compat.vp_stage_kwargs(GPTModel.__init__, stage)))
     return chunks
 
 

@@ -70,12 +70,14 @@ def test_cp_chunk_order_matches_megatron_batch_split(monkeypatch: pytest.MonkeyP
     from megatron.core.utils import get_batch_on_this_cp_rank
 
     from parity.engines.megatron.cp_attention import sequence_order
+    from parity.engines.megatron.cpu_compat import cpu_compat
 
     monkeypatch.setattr(parallel_state, "get_context_parallel_world_size", lambda: 2)
     pieces = []
     for rank in range(2):
         monkeypatch.setattr(parallel_state, "get_context_parallel_rank", lambda rank=rank: rank)
-        pieces.append(get_batch_on_this_cp_rank({"t": torch.arange(8)[None]})["t"][0])
+        with cpu_compat():  # as the engine runs it on CPU (up to 0.12 the chunk index is pinned and moved to cuda)
+            pieces.append(get_batch_on_this_cp_rank({"t": torch.arange(8)[None]})["t"][0])
     gathered = torch.cat(pieces)
     chunks = dict(zip(sequence_order(2), gathered.chunk(4), strict=True))
     assert torch.cat([chunks[c] for c in range(4)]).tolist() == list(range(8))
@@ -103,12 +105,3 @@ def test_cpu_shim_restores_everything() -> None:
     assert patched_things() == before
     assert torch.zeros(1).type() == "torch.FloatTensor"
 
-
-def test_cpu_shim_refuses_other_megatron_versions(monkeypatch: pytest.MonkeyPatch) -> None:
-    from megatron.core import package_info
-
-    from parity.engines.megatron.cpu_compat import check_version
-
-    monkeypatch.setattr(package_info, "__version__", "0.17.0")
-    with pytest.raises(RuntimeError, match=r"0\.16\.1"):
-        check_version()

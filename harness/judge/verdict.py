@@ -22,7 +22,7 @@ from parity.harness.run.records import RunRecord
 
 Status = Literal["PASS", "FAIL", "ERROR", "SKIP"]
 PHASES = {"logprobs_before": "log-prob before training", "logprobs_after": "log-prob after the last step",
-          "entropy_before": "entropy before training"}
+          "entropy_before": "entropy before training", "entropy_after": "entropy after the last step"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +121,7 @@ def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits
         metrics[key] = asdict(diff)
         checks += [Check(f"{label} max |Δ|", diff.max_abs, limits.logprob_max_abs),
                    Check(f"{label} mean |Δ|", diff.mean_abs, limits.logprob_mean_abs)]
-        if key != "entropy_before":
+        if key.startswith("logprobs"):
             checks += [Check(f"{label} p99 |Δ|", diff.p99_abs, limits.logprob_p99_abs),
                        Check(f"{label} KL k3", diff.kl_k3, limits.kl_k3)]
         if baseline is not None:

@@ -30,7 +30,7 @@ class RunRecord:
     status: RunStatus
     steps: list[StepRecord] = field(default_factory=list)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-    """logprobs_before / entropy_before / logprobs_after: [B, R] fp32; response_mask: [B, R]."""
+    """logprobs_before / entropy_before / logprobs_after / entropy_after: [B, R] fp32; response_mask: [B, R]."""
     forward_time_s: float = 0.0
     peak_memory_bytes: int = 0
     """Rank 0's peak (device allocator; resident set size on CPU)."""

@@ -106,7 +106,8 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
         record = RunRecord(
             run_id=job.run_id, scenario_hash=scenario.content_hash(), status="ok", steps=steps,
             tensors={"logprobs_before": before.logprobs, "entropy_before": before.entropy,
-                     "logprobs_after": after.logprobs, "response_mask": clean.response_mask},
+                     "logprobs_after": after.logprobs, "entropy_after": after.entropy,
+                     "response_mask": clean.response_mask},
             forward_time_s=forward_time, peak_memory_bytes=peaks[0], peak_memory_per_rank=peaks,
             tokens_per_step=int(clean.attention_mask.sum()),
             flops_per_token=train_flops_per_token(checkpoint, int(clean.input_ids.shape[1])),

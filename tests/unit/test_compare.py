@@ -19,7 +19,7 @@ def make_record(seed: int = 0, losses=(0.5, 0.4), norms=(3.0, 1.0), noise: float
     mask = torch.ones(4, 8, dtype=torch.long)
     mask[0, 6:] = 0
     tensors = {"logprobs_before": logp + noise, "logprobs_after": logp - 0.01 + noise,
-               "entropy_before": -logp + noise, "response_mask": mask}
+               "entropy_before": -logp + noise, "entropy_after": -logp + 0.01 + noise, "response_mask": mask}
     steps = [StepRecord(i + 1, loss, norm, 0.1) for i, (loss, norm) in enumerate(zip(losses, norms, strict=True))]
     return RunRecord(run_id="x", scenario_hash="h", status="ok", steps=steps, tensors=tensors)
 
@@ -191,3 +191,12 @@ def test_repeats_must_be_bit_identical():
     assert [r for r in verdict.reasons if r.startswith("not deterministic")] == [
         "not deterministic: run 3 log-prob after the last step differs from run 1 (max |Δ| 0.25)",
         "not deterministic: run 3 pre-clip grad norm differs from run 1 at step 2"]
+
+
+def test_entropy_after_training_is_compared():
+    """A defect that only shows in the trained distribution's spread (not in the sampled tokens' log-probs)."""
+    cand = make_record()
+    cand.tensors["entropy_after"] = cand.tensors["entropy_after"] + 1e-3
+    verdict = judge(SCENARIO, cand, make_record())
+    assert verdict.status == "FAIL"
+    assert verdict.reasons[0].startswith("entropy after the last step max |Δ| = 0.001")

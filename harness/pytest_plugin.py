@@ -33,6 +33,11 @@ MARKERS = {
     "broken": "scenario is known broken: listed, not run",
     "npu": "needs an Ascend NPU",
     "cuda": "needs a CUDA GPU",
+    "golden": "a GPU golden the nightly is judged against (scenarios/goldens.yaml, recorded by goldens.yml)",
+    "smoke": "tiny-model device scenarios that gate the big nightly lanes",
+    "strict": "fp32 scenarios on the device judged on the strict fp32 limits",
+    "cards16": "needs a 16-card node (verl's linux-aarch64-a3-16 runner set)",
+    "emulated_npu": "the real MindSpeed source under the emulated torch_npu (needs PARITY_MINDSPEED_SRC)",
 }
 JUNIT_METRICS = ("logprob_max_abs", "logprob_mean_abs", "loss_rel_max", "grad_norm_rel_max", "step_time_s",
                  "peak_memory_mb")

@@ -47,8 +47,20 @@ def test_shipped_scenario_files_load_with_unique_ids():
     scenarios = load_files(sorted((REPO / "scenarios").glob("*.yaml")))
     ids = [s.id for s in scenarios]
     assert len(ids) == len(set(ids)) and len(ids) >= 20
-    # every shipped scenario belongs to a lane: the nightly, or the emulated-NPU lane (which needs a MindSpeed tree)
-    assert all({"nightly", "emulated_npu"} & set(s.marks) for s in scenarios)
+    # every shipped scenario belongs to a lane: the nightly, the emulated-NPU lane (which needs a MindSpeed tree),
+    # or the GPU goldens the nightly is judged against
+    assert all({"nightly", "emulated_npu", "golden"} & set(s.marks) for s in scenarios)
+
+
+def test_every_golden_the_nightly_names_is_one_goldens_yaml_records():
+    """goldens.yml records scenarios/goldens.yaml into directories named by scenario id; a reference that names
+    anything else would be a golden nobody makes."""
+    from parity.harness.runner import slug
+
+    recorded = {slug(s.id) for s in load_files([REPO / "scenarios" / "goldens.yaml"])}
+    named = {s.reference.removeprefix("golden:$PARITY_GOLDEN_DIR/") for s in
+             load_files([REPO / "scenarios" / "ascend_nightly.yaml"]) if s.reference.startswith("golden:")}
+    assert named and named <= recorded, named - recorded
 
 
 def test_duplicate_ids_are_rejected(write_yaml):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from parity.harness import golden, plan
+from parity.harness import calibrate, golden, plan
 from parity.harness.config import migrate
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.selection import DEFAULT_FILES, check_runnable, scenario_files, select
@@ -150,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     eng = sub.add_parser("engines", help="the engine specs: layout dims, kwargs, devices, requirements here")
     eng.set_defaults(func=cmd_engines)
     plan.add_parser(sub)
+    calibrate.add_parser(sub)
     golden.add_parser(sub)
     migrate.add_parser(sub)
     return parser

@@ -36,9 +36,11 @@ from parity.harness.contract.engine import Engine, EngineContext
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import module_present
 
-#: MindSpeed CP algorithms whose sequence split is Megatron's load-balanced 2*cp chunking (what the Megatron
-#: engine feeds). ulysses_cp_algo splits contiguously and hybrid/adaptive ones reorder tokens
-#: (mindspeed/core/context_parallel/get_batch_utils.py), so they would see a wrongly ordered sequence.
+#: MindSpeed CP algorithms this engine feeds: the sequence is split by MindSpeed's own `get_batch_on_this_cp_rank`
+#: (`cp_split`), and for megatron_cp_algo with the 'general' mask its ring attention takes one mask per KV block.
+#: ulysses / hybrid / adaptive algorithms exchange heads or reorder tokens and take other mask forms
+#: (mindspeed/core/context_parallel/get_batch_utils.py); kvallgather_cp_algo takes causal masks only (MindSpeed
+#: refuses it with 'general' in its own validation).
 CP_ALGORITHMS: tuple[str, ...] = ("megatron_cp_algo", "kvallgather_cp_algo")
 
 #: the core attention MindSpeed patches in place of Megatron's (TE)DotProductAttention for cp > 1, per algorithm
@@ -90,6 +92,8 @@ def layout_args(scenario: Scenario, transformer_impl: str = "local") -> dict[str
         "sequence_parallel": bool(lay.sequence_parallel and lay.tp > 1),
         # ulysses-style CP validation reads args.seq_length, which TransformerConfig does not have
         "seq_length": scenario.workload.seq_len,
+        # Megatron-LM's data flag, which MindSpeed's CP batch split reads: the engine never packs sequences
+        "reset_attention_mask": False,
         # MindSpeed wraps Attention.__init__ for CP only when transformer_impl is not transformer_engine
         "transformer_impl": transformer_impl,
         "bf16": scenario.dtype == "bf16",
@@ -120,6 +124,43 @@ def plan_mindspeed_args(scenario: Scenario, mindspeed_keys: Collection[str], meg
 
 
 # ---- the engine ---------------------------------------------------------------------------------------------
+def mindspeed_cp_split(batch: dict[str, Any]) -> dict[str, Any]:
+    """A micro-batch's CP share as MindSpeed's CP attention expects it (the Megatron engine's `cp_split` hook).
+
+    The [b, s] tensors go through MindSpeed's own `get_batch_on_this_cp_rank` (for megatron_cp_algo with the
+    'general' mask: cp CONTIGUOUS chunks, which its RoPE slice, patched into Megatron, matches). Its ring attention
+    then takes the mask as a LIST indexed by KV block: this rank's query rows against each rank's chunk
+    (`_get_batch_on_this_cp_rank_in_megatron_cp_general`, `AttentionWithCp.compute_mask`). MindSpeed builds that
+    list from one 2-D mask for the whole micro-batch; left-padded rows differ, so each block here is
+    [b, 1, s/cp, s/cp] — a shape npu_fusion_attention accepts for every layout but TND. Other mask types keep
+    Megatron's form: this rank's query rows against the whole sequence.
+
+    A left-pad query before a row's first real token may attend to nothing; every block then hands the ring's
+    merge (`forward_update`) a softmax sum of 0 and it divides 0 by 0, and the NaN reaches real tokens through
+    the masked products (0 * NaN). Such a query attends to itself instead, as transformers does for SDPA
+    (`AttentionMaskConverter._unmask_unattended`): it is never scored, and no real token attends to it."""
+    import torch
+    from megatron.core import parallel_state
+    from mindspeed.args_utils import get_full_args
+    from mindspeed.core.context_parallel.get_batch_utils import get_batch_on_this_cp_rank
+
+    mask = batch["attention_mask"]
+    unattended = mask.all(dim=-1, keepdim=True) & torch.eye(mask.shape[-1], dtype=torch.bool, device=mask.device)
+    mask = mask & ~unattended
+    sliced = get_batch_on_this_cp_rank({key: value for key, value in batch.items() if key != "attention_mask"})
+    cp, rank = parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
+    held = sliced["positions"][0]
+    rows = mask.index_select(2, held.to(mask.device))
+    args = get_full_args()
+    if cp == 1 or (args.context_parallel_algo, args.attention_mask_type) != ("megatron_cp_algo", "general"):
+        return {**sliced, "attention_mask": rows}
+    chunks = torch.arange(mask.shape[-1]).chunk(cp)
+    if not held.cpu().equal(chunks[rank]):
+        raise RuntimeError(f"MindSpeed's general-mask ring attention needs CP rank {rank} to hold positions "
+                           f"{chunks[rank].tolist()}, its get_batch_on_this_cp_rank gave {held.tolist()}")
+    return {**sliced, "attention_mask": [block.contiguous() for block in rows.chunk(cp, dim=-1)]}
+
+
 class _MindSpeedMegatronMixin:
     """MindSpeed on top of the Megatron engine: checks, repatch before model-parallel init, kwargs routing."""
 
@@ -175,6 +216,10 @@ class _MindSpeedMegatronMixin:
         Megatron's TE classes (fused norm, swiglu, grouped matmul, flash attention with its CP algorithms), so
         they run, on the device or under the emulated torch_npu."""
         return True
+
+    def cp_split(self) -> Any:
+        """With cp > 1, MindSpeed's own CP split and mask form (`mindspeed_cp_split`), not Megatron's."""
+        return mindspeed_cp_split if self.ctx.scenario.layout.cp > 1 else None
 
     def context_parallel_attention(self) -> type | None:
         """Never the Megatron engine's CPU gather attention: with cp > 1 MindSpeed's own CP attention

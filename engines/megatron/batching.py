@@ -1,14 +1,17 @@
 """The workload batch cut into this rank's Megatron micro-batches, and per-token results put back together.
 
 Rows are split over data parallelism, then into micro-batches of `micro_batch_size` rows; the sequence is split
-over CP by Megatron's own `get_batch_on_this_cp_rank` (chunks r and 2cp-1-r). Everything the loss needs is
+over CP by the engine's `cp_split` (Megatron's own `get_batch_on_this_cp_rank`: chunks r and 2cp-1-r; a
+framework with its own CP attention splits as that attention expects). Everything the loss needs is
 aligned with the logits that produce it: position i scores token i+1, so the response values sit at positions
 P-1 .. S-2 (as engines/fsdp2.py does).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,8 +27,9 @@ class MicroBatch:
     """[b, s_local] input ids."""
     position_ids: torch.Tensor
     """[b, s] WHOLE sequence: the model slices the RoPE angles per CP rank itself."""
-    attention_mask: torch.Tensor
-    """[b, 1, s_local, s] bool, True = masked out: causal AND key is a real token (HF's mask)."""
+    attention_mask: torch.Tensor | list[torch.Tensor]
+    """bool, True = masked out: causal AND key is a real token (HF's mask); [b, 1, s_local, s] from Megatron's
+    split, or whatever form the engine's `cp_split` gives its CP attention."""
     labels: torch.Tensor
     """[b, s_local] the token each position scores (the next one)."""
     score_mask: torch.Tensor
@@ -53,10 +57,16 @@ def per_position(batch: Batch, values: torch.Tensor) -> torch.Tensor:
     return out
 
 
+#: a CP split: whole [b, s] tensors (and the [b, 1, s, s] mask under 'attention_mask') -> this CP rank's share
+CPSplit = Callable[[dict[str, torch.Tensor]], dict[str, Any]]
+
+
 def micro_batches(batch: Batch, old_logprobs: torch.Tensor | None, dp: int, dp_rank: int, micro_batch_size: int,
-                  device: torch.device) -> list[MicroBatch]:
-    """This rank's micro-batches (old_logprobs None for a forward-only pass)."""
-    from megatron.core.utils import get_batch_on_this_cp_rank
+                  device: torch.device, cp_split: CPSplit | None = None) -> list[MicroBatch]:
+    """This rank's micro-batches (old_logprobs None for a forward-only pass); `cp_split` defaults to Megatron's
+    `get_batch_on_this_cp_rank`. The split's 'positions' say which global positions this rank holds."""
+    if cp_split is None:
+        from megatron.core.utils import get_batch_on_this_cp_rank as cp_split
 
     rows_per_rank = batch.input_ids.shape[0] // dp
     if rows_per_rank % micro_batch_size:
@@ -78,7 +88,7 @@ def micro_batches(batch: Batch, old_logprobs: torch.Tensor | None, dp: int, dp_r
             "positions": torch.arange(seq)[None].expand(len(rows), seq).contiguous(),
             "attention_mask": attention_mask(batch.attention_mask[rows]),
         }
-        sliced = get_batch_on_this_cp_rank({key: value.to(device) for key, value in whole.items()})
+        sliced = cp_split({key: value.to(device) for key, value in whole.items()})
         out.append(MicroBatch(
             tokens=sliced["tokens"], position_ids=batch.position_ids[rows].to(device),
             attention_mask=sliced["attention_mask"], labels=sliced["labels"], score_mask=sliced["score_mask"],

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from parity.engines.megatron import compat
-from parity.engines.megatron.batching import MicroBatch, assemble, micro_batches
+from parity.engines.megatron.batching import CPSplit, MicroBatch, assemble, micro_batches
 from parity.engines.megatron.config import (
     SCHEDULE_DEFAULTS,
     RoutedKwargs,
@@ -51,7 +51,7 @@ def finalize_grads_without_token_rescale(model: list[Any], num_tokens: Any = Non
 class MegatronEngine(Engine):
     """Subclass hooks: `prepare_megatron()` runs before Megatron initialises (MindSpeed patches Megatron there);
     `transformer_config_kwargs()` is the TransformerConfig a subclass may extend; `use_transformer_engine()` and
-    `context_parallel_attention()` choose the layer spec."""
+    `context_parallel_attention()` choose the layer spec; `cp_split()` how the sequence is split over CP."""
 
     # ---- hooks ---------------------------------------------------------------------------------------------
     def prepare_megatron(self) -> None:
@@ -76,6 +76,11 @@ class MegatronEngine(Engine):
         from parity.engines.megatron.cp_attention import CPGatherAttention
 
         return CPGatherAttention
+
+    def cp_split(self) -> CPSplit | None:
+        """How a micro-batch is split over CP ranks, mask included (None: Megatron's load-balanced
+        `get_batch_on_this_cp_rank`, which the CPU gather attention and TE's CP attention expect)."""
+        return None
 
     # ---- setup ---------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -225,7 +230,8 @@ class MegatronEngine(Engine):
         for chunk in self.model:
             chunk.eval()
         dp, dp_rank = self._coords()
-        micro = micro_batches(batch, None, dp, dp_rank, self.schedule["micro_batch_size"], self.ctx.device)
+        micro = micro_batches(batch, None, dp, dp_rank, self.schedule["micro_batch_size"], self.ctx.device,
+                              self.cp_split())
         pieces: list[tuple[MicroBatch, torch.Tensor, torch.Tensor]] = []
 
         def loss_func(mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -251,7 +257,8 @@ class MegatronEngine(Engine):
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
         dp, dp_rank = self._coords()
-        micro = micro_batches(batch, old_logprobs, dp, dp_rank, self.schedule["micro_batch_size"], ctx.device)
+        micro = micro_batches(batch, old_logprobs, dp, dp_rank, self.schedule["micro_batch_size"], ctx.device,
+                              self.cp_split())
         local_tokens = float(sum(mb.score_mask.sum() for mb in micro))
         normalizer = ctx.faults.normalizer(float(batch.response_mask.sum()), local_tokens)
         loss_scale = ctx.faults.loss_scale(step)

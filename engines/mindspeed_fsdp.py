@@ -200,6 +200,12 @@ class MindSpeedFSDPEngine(FSDP2Engine):
                  for key in self.plan.applied if key in held or key not in FSDP_STATE_KEYS}
         return {"fsdp_kwargs": known} if known else {}
 
+    def effective_dtype(self) -> str | None:
+        """The param_dtype of the mixed-precision policy the decoder layers MindSpeed wrapped hold (none set: the
+        dtype the parameters were loaded in)."""
+        held = fsdp_layer_state(self.model).get("param_dtype")
+        return held or DTYPE_NAMES.get(next(self.model.parameters()).dtype)
+
     def run_provenance(self) -> dict[str, Any]:
         """Which MindSpeed ran, the FSDP state of its wrapped layers, and the fused ops called on this rank."""
         source = find_mindspeed()

@@ -107,6 +107,7 @@ def test_import_surface(tnpu):
     with device(0):
         pass
     assert hits == [1]
+    assert tnpu.npu.current_device() == 0  # an index, as the real one returns
     assert torch.tensor([1], device=tnpu.npu.current_device()).device.type == "cpu"
     assert not hasattr(tnpu._C._distributed_c10d.ProcessGroupHCCL.Options, "hccl_config")
     assert torch.qint8 in tnpu.unsupported_dtype
@@ -499,3 +500,29 @@ def test_emulation_not_importable_without_site():
     assert 'collect_ignore = ["site"]' in conftest
     outside = [p for p in sys.path if os.path.abspath(p or ".") != SITE]
     assert importlib.machinery.PathFinder.find_spec("torch_npu", outside) is None
+
+
+def test_npu_is_a_device_type_that_lands_on_the_cpu(tnpu):
+    """'npu' is registered as torch_npu registers it (torch FSDP builds torch.device('npu', current_device())),
+    with an accelerator that is not available; every npu device lands on the CPU."""
+    assert torch.get_device_module("npu") is tnpu.npu
+    assert torch._C._get_accelerator().type == "cpu" and torch.accelerator.is_available() is False
+    for device in ("npu", "npu:0", torch.device("npu", 0), 0):
+        assert torch.empty(2, device=device).device.type == "cpu", device
+        assert torch.ones(2).to(device).device.type == "cpu", device
+
+
+def test_fsdp_device_of_an_npu_mesh_is_the_cpu(tnpu):
+    from torch.distributed.fsdp._fully_shard import _fully_shard
+
+    class Mesh:
+        device_type = "npu"
+
+    assert _fully_shard._get_device_from_mesh(Mesh()) == torch.device("cpu")
+
+
+def test_index_copy_takes_int32_indices_as_the_npu_kernel_does(tnpu):
+    source = torch.arange(6.0).reshape(3, 2)
+    index = torch.tensor([2, 0, 1], dtype=torch.int32)
+    want = torch.zeros(3, 2).index_copy_(0, index.long(), source)
+    assert torch.equal(torch.zeros(3, 2).index_copy_(0, index, source), want)

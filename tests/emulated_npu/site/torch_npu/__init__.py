@@ -49,8 +49,17 @@ for _name, _fn in _OPS.items():
 IMPLEMENTED_OPS = tuple(_OPS)
 del _name, _fn
 
-# torch.npu, as the real torch_npu installs it
-torch.npu = npu
+# 'npu' as a device type and torch.npu as its device module, as the real torch_npu installs them
+# (torch_npu/__init__.py: rename_privateuse1_backend + _register_device_module): torch FSDP / DeviceMesh build
+# torch.device('npu', torch.npu.current_device()) for an 'npu' mesh. No kernels are registered for the device:
+# _device.py maps every 'npu' device to the CPU before dispatch.
+if torch._C._get_privateuse1_backend_name() != "npu":
+    torch.utils.rename_privateuse1_backend("npu")
+    _device.register_hooks()
+if getattr(torch, "npu", None) is not npu:
+    if hasattr(torch, "npu"):
+        delattr(torch, "npu")
+    torch._register_device_module("npu", npu)
 # device='npu' -> CPU for the rest of the process (_device.py)
 _device.install()
 

@@ -2,9 +2,10 @@
 
 There is no device: tensors stay on CPU. `is_available()` is False and `device_count()` is 0 (the harness reads
 `torch_npu.EMULATED` instead). Streams and events are no-ops, which is exact on CPU, where every op is synchronous.
-`current_device()` returns torch.device('cpu') (the real one returns an int index) so that MindSpeed's
-`torch.tensor(..., device=torch.npu.current_device())` (e.g. ring_context_parallel.py compute_qkv_index) builds
-CPU tensors. `default_generators` is (torch.default_generator,): MindSpeed's rng-state setter
+`current_device()` returns the index 0, as the real one returns an int: torch FSDP builds
+torch.device('npu', current_device()) for an 'npu' mesh; MindSpeed's `torch.tensor(..., device=
+torch.npu.current_device())` (e.g. ring_context_parallel.py compute_qkv_index) lands on the CPU through _device.py.
+`default_generators` is (torch.default_generator,): MindSpeed's rng-state setter
 (mindspeed/core/megatron_basic/megatron_basic.py _set_cuda_rng_state) indexes it.
 """
 import contextlib
@@ -32,7 +33,7 @@ def device_count():
 
 
 def current_device():
-    return torch.device("cpu")
+    return 0
 
 
 def set_device(device):

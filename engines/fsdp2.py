@@ -16,8 +16,10 @@ import torch.distributed as dist
 
 from parity.engines import tensor_parallel, ulysses
 from parity.engines.hf_common import load_hf_model, make_optimizer
+from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
+from parity.harness.contract.optim_state import torch_optimizer_steps
 from parity.harness.contract.workload import Batch
 
 
@@ -131,11 +133,21 @@ class FSDP2Engine(Engine):
         (loss * self.grad_average_ranks() * faults.loss_scale(step)).backward()
         self.after_backward(step)
         faults.scale_grads((p.grad for p in self.model.parameters()), step)
+        named = [(name, p.grad) for name, p in self.model.named_parameters()]
+        faults.scale_group_grads(((n, g if g is None else tensor_parallel.local(g)) for n, g in named),
+                                 grad_groups.hf_group, step)
+        groups = tensor_parallel.group_grad_norms(named)
         grad_norm = self.clip_grads(self.ctx.scenario.workload.grad_clip)
-        self.optimizer.step()
+        if not faults.skips_optimizer_step(step):
+            self.optimizer.step()
         total = loss.detach().clone()
         dist.all_reduce(total)
-        return StepOutput(loss=float(total) / self.loss_replicas(), grad_norm=grad_norm) if self.ctx.rank == 0 else None
+        if self.ctx.rank != 0:
+            return None
+        return StepOutput(loss=float(total) / self.loss_replicas(), grad_norm=grad_norm, group_grad_norms=groups)
+
+    def optimizer_steps(self) -> int | None:
+        return torch_optimizer_steps(self.optimizer)
 
     def _local_loss(self, batch: Batch, old_logprobs: torch.Tensor) -> torch.Tensor:
         """This rank's share of the token-mean loss over its rows and sequence slice."""

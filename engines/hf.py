@@ -14,8 +14,10 @@ from typing import Any
 import torch
 
 from parity.engines.hf_common import autocast, load_hf_model, make_optimizer, model_inputs, response_logits
+from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
+from parity.harness.contract.optim_state import torch_optimizer_steps
 from parity.harness.contract.workload import Batch
 
 PRECISIONS = ("autocast", "master_weights")
@@ -74,10 +76,18 @@ class HFEngine(Engine):
             for master, param in zip(self.masters, self.model.parameters(), strict=True):
                 master.grad = None if param.grad is None else param.grad.float()
         self.ctx.faults.scale_grads((p.grad for p in trained), step)
+        names = [name for name, _ in self.model.named_parameters()]
+        named = [(name, p.grad) for name, p in zip(names, trained, strict=True)]
+        self.ctx.faults.scale_group_grads(named, grad_groups.hf_group, step)
+        groups = grad_groups.named_grad_norms(named)
         grad_norm = torch.nn.utils.clip_grad_norm_(trained, self.ctx.scenario.workload.grad_clip)
-        self.optimizer.step()
+        if not self.ctx.faults.skips_optimizer_step(step):
+            self.optimizer.step()
         if self.masters is not None:
             with torch.no_grad():
                 for master, param in zip(self.masters, self.model.parameters(), strict=True):
                     param.copy_(master)
-        return StepOutput(loss=float(loss), grad_norm=float(grad_norm))
+        return StepOutput(loss=float(loss), grad_norm=float(grad_norm), group_grad_norms=groups)
+
+    def optimizer_steps(self) -> int | None:
+        return torch_optimizer_steps(self.optimizer)

@@ -25,6 +25,8 @@ from collections.abc import Iterable
 import torch
 import torch.distributed as dist
 
+from parity.harness.contract import grad_groups
+
 #: parameter-name suffixes that are replicated across TP but fed head-sharded activations (partial gradients)
 TP_PARTIAL_GRADS = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
 
@@ -58,6 +60,22 @@ def reduce_partial_grads(params: Iterable[torch.nn.Parameter], group: dist.Proce
     for param in params:
         if param.grad is not None:
             dist.all_reduce(local(param.grad), group=group)
+
+
+@torch.no_grad()
+def group_grad_norms(named_grads: Iterable[tuple[str, torch.Tensor | None]]) -> dict[str, float]:
+    """Pre-clip grad norm per HF parameter group (parity.harness.contract.grad_groups) over (DTensor) gradients:
+    each gradient's norm reduced over its own mesh as in clip_grad_norm below (sharded pieces summed, replicated
+    copies once), so every rank gets the whole-model value. Collective: every rank must call it."""
+    squares: dict[str, float] = {}
+    for name, grad in named_grads:
+        if grad is None:
+            continue
+        norm = torch.linalg.vector_norm(grad, 2.0, dtype=torch.float32)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        group = grad_groups.hf_group(name)
+        squares[group] = squares.get(group, 0.0) + float(norm) ** 2
+    return grad_groups.norms(squares)
 
 
 @torch.no_grad()

@@ -30,8 +30,10 @@ from parity.engines.megatron.config import (
 )
 from parity.engines.megatron.convert import ModelArch
 from parity.engines.megatron.faults import apply_tp_allreduce_skip, stage_grad_factor
+from parity.engines.megatron.grad_groups import group_grad_norms, named_main_grads
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
+from parity.harness.contract.optim_state import torch_optimizer_steps
 from parity.harness.contract.workload import Batch
 
 #: Megatron pads the vocabulary to a multiple of this times TP (its `make_vocab_size_divisible_by` default)
@@ -280,13 +282,27 @@ class MegatronEngine(Engine):
         if factor != 1.0:
             for grad in grads:
                 grad.mul_(factor)
-        _, grad_norm, _ = self.optimizer.step()  # Megatron's norm is taken before it clips
+        ctx.faults.scale_group_grads(((group, getattr(p, "main_grad", None)) for _, group, p in
+                                      named_main_grads(self.model)), str, step)
+        # the distributed optimizer leaves each rank only its shard of the reduced main_grad: no fingerprint there
+        groups = None if self.ddp_config.use_distributed_optimizer else group_grad_norms(self.model)
+        if ctx.faults.skips_optimizer_step(step):
+            grad_norm = self.optimizer.get_grad_norm()
+        else:
+            _, grad_norm, _ = self.optimizer.step()  # Megatron's norm is taken before it clips
         total = torch.stack(losses).sum() if losses and self._owner() else torch.zeros([])
         total = total.to(ctx.device)
         dist.all_reduce(total)
         if ctx.rank != 0:
             return None
-        return StepOutput(loss=float(total), grad_norm=float(grad_norm))
+        return StepOutput(loss=float(total), grad_norm=float(grad_norm), group_grad_norms=groups)
+
+    def optimizer_steps(self) -> int | None:
+        """The fewest steps any of Megatron's (chained) optimizers took, from the inner torch optimizers' state."""
+        inner = getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer]
+        counts = [torch_optimizer_steps(opt.optimizer) for opt in inner if getattr(opt, "optimizer", None)]
+        known = [c for c in counts if c is not None]
+        return min(known) if known else None
 
     def teardown(self) -> None:
         from megatron.core import parallel_state

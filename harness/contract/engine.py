@@ -60,6 +60,9 @@ class StepOutput:
 
     loss: float
     grad_norm: float
+    group_grad_norms: dict[str, float] | None = None
+    """Optional per-module fingerprint: pre-clip grad norm per parameter group in HF naming
+    (parity.harness.contract.grad_groups), whole over all ranks. None = not reported (not compared)."""
 
 
 class Engine(ABC):
@@ -94,6 +97,11 @@ class Engine(ABC):
         """The dtype ('fp32' / 'bf16' / 'fp16') this engine ACTUALLY computed in, read back from its own objects
         (parameter or compute dtype, mixed-precision policy, framework config), not from the scenario. A value other
         than the scenario's dtype FAILs it; None = the engine cannot tell."""
+        return None
+
+    def optimizer_steps(self) -> int | None:
+        """How many optimizer steps the engine actually took, read back from its optimizer's own state (a count
+        other than the workload's steps FAILs the scenario); None = the engine cannot tell."""
         return None
 
     def teardown(self) -> None:  # noqa: B027 - optional hook, most engines need nothing

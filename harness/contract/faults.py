@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,22 @@ class FaultPlan:
             for grad in grads:
                 if grad is not None:
                     grad.mul_(factor)
+
+    def scale_group_grads(self, named_grads: Iterable[tuple[str, Any]], group_of: Callable[[str], str],
+                          step: int) -> None:
+        """module_grad_scale: the gradients of ONE parameter group (`key`, HF naming) multiplied on one step, as a
+        module-local gradient bug would (a missed reduction in one layer): only the per-group fingerprint says
+        where."""
+        fault = self.active("module_grad_scale", step)
+        if fault:
+            for name, grad in named_grads:
+                if grad is not None and group_of(name) == fault.key:
+                    grad.mul_(fault.factor)
+
+    def skips_optimizer_step(self, step: int) -> bool:
+        """optimizer_step_skip: the optimizer is not stepped on this step (a swallowed inf check, a scheduler
+        off by one): only the optimizer's own step count shows it when the update is small."""
+        return self.active("optimizer_step_skip", step) is not None
 
     def patch_hf_config(self, config: Any) -> None:
         """rope_theta_int: rope_theta truncated to an integer, as `int(config.rope_theta)` would."""

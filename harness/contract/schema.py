@@ -167,7 +167,7 @@ class PerfGate(_Strict):
 
 FaultKind = Literal["grad_scale", "rank_loss_scale", "rope_theta_int", "mask_shift", "local_token_norm",
                     "tp_allreduce_skip", "pp_stage_grad_scale", "qkv_interleave", "tp_grad_reduce_skip",
-                    "crash", "hang", "drop_kwarg", "nondeterministic"]
+                    "crash", "hang", "drop_kwarg", "nondeterministic", "module_grad_scale", "optimizer_step_skip"]
 
 
 class Fault(_Strict):
@@ -181,7 +181,8 @@ class Fault(_Strict):
     factor: float = 2.0
     """Scale for grad_scale / rank_loss_scale / pp_stage_grad_scale (0 drops the contribution)."""
     key: str | None = None
-    """For drop_kwarg: the engine kwarg that is silently not applied."""
+    """For drop_kwarg: the engine kwarg that is silently not applied. For module_grad_scale: the parameter group
+    (HF naming, e.g. layers.1.self_attn.o_proj) whose gradients are scaled."""
 
 
 Reference = Literal["hf_fp32", "single_rank"]

@@ -16,6 +16,7 @@ import torch
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge.compare import SeriesDiff, error_ratio, series_rel_diff, token_diff
 from parity.harness.judge.distribution import histograms
+from parity.harness.judge.groups import group_checks
 from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
 from parity.harness.judge.tolerances import RATIO_FLOOR_ABS, RATIO_FLOOR_REL, Limits, limits_for
 from parity.harness.run.records import RunRecord
@@ -92,7 +93,12 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
         return Verdict(scenario.id, "ERROR", [f"baseline {scenario.baseline} ({baseline.run_id}) is unusable as a "
                                               f"bar: {problem}"], info=scenario_info(scenario))
     checks, metrics = _candidate_checks(candidate, reference, limits, baseline)
+    group, metrics["group_grad_norm_rel_max"] = group_checks(candidate, reference, limits)
+    checks += group
     reasons = [c.reason() for c in checks if not c.passed]
+    if (taken := candidate.optimizer_steps) is not None and taken != scenario.workload.steps:
+        reasons.append(f"optimizer took {taken} step{'s' * (taken != 1)}, workload has {scenario.workload.steps} "
+                       "(Engine.optimizer_steps read back from the optimizer state)")
     if dropped := dropped_kwargs(scenario, candidate):
         reasons.append(f"dropped engine kwargs: {', '.join(dropped)} (accepted but never applied by the engine)")
     if differing := kwargs_not_as_given(scenario, candidate):

@@ -19,6 +19,8 @@ class StepRecord:
     grad_norm: float
     """Before clipping."""
     step_time_s: float
+    group_grad_norms: dict[str, float] | None = None
+    """Pre-clip grad norm per HF parameter group (parity.harness.contract.grad_groups); None = not reported."""
 
 
 @dataclass(slots=True)
@@ -43,6 +45,8 @@ class RunRecord:
     applied_kwargs: dict[str, Any] = field(default_factory=dict)
     effective_dtype: str | None = None
     """The dtype the engine reports it computed in (Engine.effective_dtype), None if it cannot tell."""
+    optimizer_steps: int | None = None
+    """Optimizer steps the engine took, read back from its optimizer (Engine.optimizer_steps); None = unknown."""
     provenance: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     log_tail: str | None = None

@@ -92,11 +92,12 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
         devices.synchronize(scenario.device)
         if rank == 0:
             loss, grad_norm = checked_step(out, step)
-            steps.append(StepRecord(step=step, loss=loss, grad_norm=grad_norm,
-                                    step_time_s=time.perf_counter() - t0))
+            steps.append(StepRecord(step=step, loss=loss, grad_norm=grad_norm, step_time_s=time.perf_counter() - t0,
+                                    group_grad_norms=checked_groups(out, step)))
     after = checked_tokens(engine.forward(batch), rank, expected, "forward (after training)")
     applied = engine.applied_kwargs()
     effective_dtype = engine.effective_dtype()
+    optimizer_steps = engine.optimizer_steps()
     # optional engine hook: what ran underneath (MindSpeed: its version, patches applied, fused-op counts)
     engine_provenance = getattr(engine, "run_provenance", dict)()
     engine.teardown()
@@ -111,7 +112,7 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
             forward_time_s=forward_time, peak_memory_bytes=peaks[0], peak_memory_per_rank=peaks,
             tokens_per_step=int(clean.attention_mask.sum()),
             flops_per_token=train_flops_per_token(checkpoint, int(clean.input_ids.shape[1])),
-            applied_kwargs=applied, effective_dtype=effective_dtype,
+            applied_kwargs=applied, effective_dtype=effective_dtype, optimizer_steps=optimizer_steps,
             provenance={**job.provenance, **_rank_provenance(scenario.device), "dtype": scenario.dtype,
                         "world_size": world_size, **engine_provenance},
             compute_time_s=time.perf_counter() - started)
@@ -167,6 +168,22 @@ def checked_step(out: Any, step: int) -> tuple[float, float]:
                                     "expected a float")
         values.append(float(value))
     return values[0], values[1]
+
+
+def checked_groups(out: Any, step: int) -> dict[str, float] | None:
+    """StepOutput.group_grad_norms as {group: float}, or None when the engine reports none."""
+    groups = out.group_grad_norms
+    if groups is None:
+        return None
+    where = f"Engine.train_step (step {step}): StepOutput.group_grad_norms"
+    if not isinstance(groups, dict):
+        raise EngineOutputError(f"{where} is {type(groups).__name__}, expected a dict of group name -> float")
+    checked = {}
+    for name, value in groups.items():
+        if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise EngineOutputError(f"{where}: entry {name!r}: {value!r:.60} is not a float")
+        checked[name] = float(value)
+    return checked
 
 
 def _broadcast(tensor: Any, rank: int) -> Any:

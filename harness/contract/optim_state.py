@@ -1,0 +1,15 @@
+"""How many steps an optimizer took, read back from its own state (not counted by the caller)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def torch_optimizer_steps(optimizer: Any) -> int | None:
+    """The largest per-parameter `step` in a torch optimizer's state (Adam keeps one per parameter; fused and
+    TE optimizers keep it per param group). None when the optimizer keeps no step (plain SGD) or has no state."""
+    steps = [state["step"] for state in optimizer.state.values() if "step" in state]
+    steps += [group["step"] for group in optimizer.param_groups if "step" in group]
+    if not steps:
+        return None
+    return int(max(float(s) for s in steps))

@@ -1,0 +1,54 @@
+"""Per-module gradient fingerprint check: each parameter group's pre-clip grad norm against the reference's, at
+every step, so a FAIL says WHERE the gradient went wrong (`layer 2 self_attn.q_norm grad norm rel diff at step 1`).
+
+`|c - r| <= atol * G + rtol * |r|` with G the reference's global grad norm at that step: the absolute floor is
+tied to the whole gradient, so a group with almost none does not turn rounding into a FAIL. A candidate that
+reports no groups (a third-party engine) is not compared; one that reports some must report the reference's.
+"""
+
+from __future__ import annotations
+
+import math
+
+from parity.harness.contract.grad_groups import describe
+from parity.harness.judge.compare import rel_diff
+from parity.harness.judge.tolerances import Limits
+from parity.harness.run.records import RunRecord
+
+
+def group_checks(candidate: RunRecord, reference: RunRecord, limits: Limits) -> tuple[list, float | None]:
+    """The failing group checks of every step, plus the worst passing one per step (so the report shows the
+    margin); and the worst relative difference over all groups and steps (None when not compared)."""
+    from parity.harness.judge.verdict import Check
+
+    rtol = limits.group_grad_norm_rel
+    if rtol is None:
+        return [], None
+    checks: list[Check] = []
+    observed_all: list[float] = []
+    for cand, ref in zip(candidate.steps, reference.steps, strict=False):
+        if cand.group_grad_norms is None or ref.group_grad_norms is None:
+            continue
+        atol = limits.group_grad_norm_atol * abs(ref.grad_norm) if math.isfinite(ref.grad_norm) else 0.0
+        step_checks = []
+        for group in sorted(set(ref.group_grad_norms) | set(cand.group_grad_norms)):
+            r, c = ref.group_grad_norms.get(group), cand.group_grad_norms.get(group)
+            label = f"{describe(group)} grad norm rel diff"
+            if r is None or c is None:
+                missing = "the candidate" if c is None else "the reference"
+                step_checks.append(Check(label, math.inf, 0.0, step=cand.step, lane="rel",
+                                         note=f"group not reported by {missing}"))
+                continue
+            observed = rel_diff(c, r)
+            limit = rtol + atol / max(abs(r), 1e-12)
+            step_checks.append(Check(label, observed, limit, step=cand.step, lane="rel",
+                                     note=f"rtol {rtol:.3g} + {limits.group_grad_norm_atol:.3g} x global norm "
+                                          f"{ref.grad_norm:.3g} / |ref {r:.3g}|"))
+            observed_all.append(observed)
+        failing = [c for c in step_checks if not c.passed]
+        if failing:
+            checks += failing
+        elif step_checks:
+            checks.append(max(step_checks, key=lambda c: c.observed / c.limit))
+    worst = max(observed_all, key=lambda v: math.inf if math.isnan(v) else v) if observed_all else None
+    return checks, worst

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,8 +25,9 @@ from parity.harness.config.selection import with_device
 from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import check_environment, check_scenario, skip_reason
 from parity.harness.contract.schema import Scenario
-from parity.harness.judge.verdict import Verdict
+from parity.harness.judge.verdict import Verdict, failed
 from parity.harness.options import add_options, run_options
+from parity.harness.run.launch import Interrupted
 from parity.harness.runner import Runner
 
 MARKERS = {
@@ -47,6 +50,9 @@ class ParitySession:
     """Per-pytest-session state: the Runner (built on first use, knowing every collected scenario) and results."""
 
     def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.running = False
+        """A scenario's ranks are running (a signal must go through its launcher's cleanup)."""
         options = run_options(lambda name: config.getoption(f"parity_{name}"))
         self.out_dir = options.out_dir
         # pytest-xdist: each worker writes its own shard (OUT/gw0, ...); the controller merges them at the end
@@ -63,9 +69,26 @@ class ParitySession:
 
             results_file.reset(self.options.out_dir)
             self._runner = Runner(self.options, self.scenarios)
-        verdict = self._runner.run_scenario(scenario)
+        self.running = True
+        try:
+            verdict = self._runner.run_scenario(scenario)
+        except Interrupted as exc:  # the launcher killed the ranks on the way out: record ERROR, report, stop
+            self.record(failed(scenario, "running", exc))
+            self.stop(exc)
+        finally:
+            self.running = False
         self.record(verdict)
         return verdict
+
+    def stop(self, exc: Interrupted) -> None:
+        """SIGTERM / SIGINT, as `parity run` handles them: the warm forkserver stopped, results.jsonl and
+        summary.md written for what finished, pytest ends with exit code 128 + signal."""
+        if self._runner is not None:
+            self._runner.close()
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            self.publish(terminal)
+        pytest.exit(f"parity: {exc}", returncode=128 + exc.signum)
 
     def record(self, verdict: Verdict) -> None:
         from parity.reports import results as results_file
@@ -206,6 +229,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     mine = [not isinstance(item, ScenarioItem) or item.scenario.id in kept for item in items]
     config.hook.pytest_deselected(items=[item for item, keep in zip(items, mine, strict=True) if not keep])
     items[:] = [item for item, keep in zip(items, mine, strict=True) if keep]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Any:
+    """SIGTERM / SIGINT while a scenario runs become `Interrupted` (its launcher kills the ranks on the way out,
+    ParitySession.run records it ERROR and stops pytest with 128 + signal); SIGTERM between items stops the same
+    way, SIGINT there is pytest's KeyboardInterrupt."""
+    parity = session.config.stash[SESSION]
+
+    def handler(signum: int, _frame: Any) -> None:
+        if parity.running:
+            raise Interrupted(signum)
+        if signum == signal.SIGINT:  # outside a scenario: pytest's own Ctrl-C handling
+            raise KeyboardInterrupt
+        parity.stop(Interrupted(signum))
+
+    if threading.current_thread() is not threading.main_thread():
+        return (yield)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return (yield)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -3,15 +3,21 @@ multi-process run, while the clean twin of the same scenario PASSES."""
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 
 from parity.harness.config.matrix import load_file
+from parity.harness.run.records import RunRecord
+from parity.harness.runner import slug
 from tests.conftest import DATA
 
 SCENARIOS = {s.id: s for s in load_file(DATA / "faults.yaml")}
 CLEAN = "tiny-llama/fsdp2/dp2/fp32/cpu"
 CLEAN_BF16 = "tiny-llama/fsdp2/dp2/bf16/cpu+vs-hf"
 CLEAN_TP = "tiny-qwen3/fsdp2/tp2/fp32/cpu"
+CLEAN_MEGATRON = "tiny-qwen3/megatron/tp2/fp32/cpu"
 
 #: faulted id -> a metric that must be among the FAIL reasons
 EXPECTED = {
@@ -31,10 +37,23 @@ EXPECTED = {
     "tiny-llama/PlainHFEngine/single/bf16/cpu": "not computed in bf16",
     # 1e-6 of run-to-run noise: under every tolerance, so only the deterministic lane names it
     "tiny-qwen3/fsdp2/dp2/fp32/cpu+nondeterministic+twice": "not deterministic: run 2 pre-clip grad norm differs",
+    # one module's gradient wrong: the per-group fingerprint names the layer and the module
+    CLEAN + "+module_grad_scale": "layer 1 post_attention_layernorm grad norm rel diff at step 1",
+    CLEAN_MEGATRON + "+module_grad_scale": "layer 2 mlp.gate_up grad norm rel diff at step 1",
+    # a skipped optimizer step, read back from the optimizer's own state
+    CLEAN + "+optimizer_step_skip": "optimizer took 1 step, workload has 2",
+    CLEAN_MEGATRON + "+optimizer_step_skip": "optimizer took 1 step, workload has 2",
+}
+#: faulted id -> the ONLY groups whose step-1 grad norm may FAIL (the fingerprint localises the defect)
+LOCALISED = {
+    CLEAN_TP + "+tp_grad_reduce_skip": r"layer \d+ self_attn\.(q_norm|k_norm) ",
+    CLEAN + "+module_grad_scale": r"layer 1 post_attention_layernorm ",
+    CLEAN_MEGATRON + "+module_grad_scale": r"layer 2 mlp\.gate_up ",
 }
 
 
-@pytest.mark.parametrize("clean_id", [CLEAN, CLEAN_BF16, CLEAN_TP, "tiny-qwen3/fsdp2/dp2/fp32/cpu+twice"])
+@pytest.mark.parametrize("clean_id", [CLEAN, CLEAN_BF16, CLEAN_TP, CLEAN_MEGATRON,
+                                      "tiny-qwen3/fsdp2/dp2/fp32/cpu+twice"])
 def test_clean_twin_passes(runner, clean_id):
     verdict = runner.run_scenario(SCENARIOS[clean_id])
     assert verdict.status == "PASS", verdict.reasons
@@ -48,7 +67,35 @@ def test_injected_fault_fails_on_the_right_metric(runner, fault_id):
 
 
 def test_grad_scale_is_invisible_to_log_probs_after_the_step(runner):
-    """Why the pre-clip grad norm must be compared: the after-step log-probs do not see a 2x gradient."""
+    """Why the pre-clip grad norm must be compared: the after-step log-probs do not see a 2x gradient (only the
+    global norm and, uniformly, every group's norm at step 2 do)."""
     verdict = runner.run_scenario(SCENARIOS[CLEAN + "+grad_scale"])
-    assert len(verdict.reasons) == 1
+    others = [r for r in verdict.reasons if " grad norm rel diff at step 2 = 1 > " not in r]
+    assert others == [], verdict.reasons
     assert verdict.reasons[0].startswith("pre-clip grad norm rel diff at step 2 = 1 > limit 5")
+
+
+@pytest.mark.parametrize("fault_id", sorted(LOCALISED))
+def test_fingerprint_names_only_the_faulty_module(runner, fault_id):
+    """At the step the defect hits, every group that FAILs is the faulty one (later steps spread it via the
+    optimizer update)."""
+    verdict = runner.run_scenario(SCENARIOS[fault_id])
+    at_step_1 = [r for r in verdict.reasons if re.match(r"^(layer \d+ \S+|embed_tokens|norm|lm_head) grad norm "
+                                                         r"rel diff at step 1 ", r)]
+    assert at_step_1, verdict.reasons
+    assert all(re.match(LOCALISED[fault_id], r) for r in at_step_1), at_step_1
+
+
+@pytest.mark.parametrize("clean_id", [CLEAN, CLEAN_TP, CLEAN_MEGATRON])
+def test_group_norms_add_up_to_the_global_norm(runner, clean_id):
+    """Consistency: the groups partition the parameters, each counted once over the ranks (shards summed,
+    replicas once), so their root-sum-square is the engine's own pre-clip global norm, and the reference's too."""
+    verdict = runner.run_scenario(SCENARIOS[clean_id])
+    assert verdict.status == "PASS", verdict.reasons
+    candidate = RunRecord.load(runner.options.out_dir / "records" / slug(clean_id))
+    reference = runner._reference(SCENARIOS[clean_id])
+    assert candidate.optimizer_steps == reference.optimizer_steps == len(candidate.steps) == 2
+    for step in candidate.steps + reference.steps:
+        assert step.group_grad_norms, f"{clean_id} reported no groups at step {step.step}"
+        total = math.sqrt(sum(v * v for v in step.group_grad_norms.values()))
+        assert total == pytest.approx(step.grad_norm, rel=1e-6)

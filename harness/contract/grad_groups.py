@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-_WRAPPERS = re.compile(r"(^|\.)(_checkpoint_wrapped_module|_orig_mod|_fsdp_wrapped_module)(?=\.)")
+_WRAPPERS = re.compile(r"(?:^|\.)(?:_checkpoint_wrapped_module|_orig_mod|_fsdp_wrapped_module)(?=\.)")
 _LAYER = r"^layers\.(\d+)\."
 _MOE = r"(?:mlp|block_sparse_moe)"
 #: (pattern on the HF parameter name without its `model.` prefix, group)
@@ -39,7 +39,7 @@ HF_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), g) for
 def hf_group(name: str) -> str:
     """The group of an HF parameter name (wrapper prefixes and `model.` dropped); an unknown name is its own
     group (its module path), so nothing is left out of the sum."""
-    name = _WRAPPERS.sub(r"\1", name).removeprefix("model.")
+    name = _WRAPPERS.sub("", name).lstrip(".").removeprefix("model.")
     for pattern, group in HF_RULES:
         if match := pattern.match(name):
             return match.expand(group)

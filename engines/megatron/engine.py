@@ -287,6 +287,7 @@ class MegatronEngine(Engine):
         # the distributed optimizer leaves each rank only its shard of the reduced main_grad: no fingerprint there
         groups = None if self.ddp_config.use_distributed_optimizer else group_grad_norms(self.model)
         if ctx.faults.skips_optimizer_step(step):
+            self.optimizer.prepare_grads()  # main_grad -> the main params' .grad, as step() does before its norm
             grad_norm = self.optimizer.get_grad_norm()
         else:
             _, grad_norm, _ = self.optimizer.step()  # Megatron's norm is taken before it clips

@@ -102,3 +102,16 @@ def test_a_missing_or_extra_group_fails_and_no_groups_is_not_compared():
     assert group_checks(_record(None), _record(REF), FP32) == ([], None)
     nan = group_checks(_record({**REF, "embed_tokens": math.nan}), _record(REF), FP32)
     assert not all(c.passed for c in nan[0]) and math.isnan(nan[1])
+
+
+def test_the_worker_takes_group_norms_as_floats_and_names_a_bad_entry():
+    from parity.harness.contract.engine import StepOutput
+    from parity.harness.run.worker import EngineOutputError, checked_groups
+
+    assert checked_groups(StepOutput(1.0, 2.0, {"lm_head": torch.tensor(2.0).item(), "norm": 1}), 1) == {
+        "lm_head": 2.0, "norm": 1.0}
+    assert checked_groups(StepOutput(1.0, 2.0), 1) is None
+    with pytest.raises(EngineOutputError, match=r"step 3\): StepOutput.group_grad_norms: entry 'norm'"):
+        checked_groups(StepOutput(1.0, 2.0, {"norm": "big"}), 3)
+    with pytest.raises(EngineOutputError, match="is list, expected a dict"):
+        checked_groups(StepOutput(1.0, 2.0, [1.0]), 1)

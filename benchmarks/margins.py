@@ -2,10 +2,12 @@
 worst clean scenario sits below its limit) and smallest fault ÷ limit (how far the mildest injected fault that
 trips this family sits above it), from results.jsonl files (`parity run` out dirs).
 
-Clean = a scenario without faults; faulted = one with faults that FAILed. Ratios are taken per check
-(observed / limit), so limits that vary by step (atol / |ref|) are honoured; families are split by dtype (the
-fp32 and bf16 lanes have different limits). The bf16 / fp16 lower bound is a
-floor, so there the margins are worst clean ÷ bound and bound ÷ the faulted (fp32-computed) value.
+Clean = a scenario without faults that PASSed; faulted = one that FAILed (a planted defect: a fault kind, or a
+defect written into the scenario such as an engine ignoring `dtype`). Run the default matrix for the clean side
+(benchmarks/false_fail_load.py counts its false FAILs) and tests/data/faults.yaml for the faulted side. Ratios
+are taken per check (observed / limit), so limits that vary by step (atol / |ref|) are honoured; families are
+split by dtype (the fp32 and bf16 lanes have different limits). The bf16 / fp16 lower bound is a floor,
+so there the margins are worst clean ÷ bound and bound ÷ the faulted (fp32-computed) value.
 
     python benchmarks/margins.py OUT_DIR_OR_RESULTS_JSONL ...
 """
@@ -33,7 +35,8 @@ def main() -> None:
     for result in results(args.paths):
         if result["verdict"] not in ("PASS", "FAIL"):
             continue
-        faulted = bool(result.get("faults"))
+        # a FAIL without a fault kind is a planted defect too (an fsdp_kwargs override, an engine ignoring dtype)
+        faulted = bool(result.get("faults")) or result["verdict"] == "FAIL"
         counts["faulted" if faulted else "clean"] += 1
         families = checks_by_family(result)
         bound = DEFAULTS[result.get("dtype", "fp32")].logprob_max_abs_min

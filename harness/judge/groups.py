@@ -11,16 +11,15 @@ from __future__ import annotations
 import math
 
 from parity.harness.contract.grad_groups import describe
+from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import rel_diff
 from parity.harness.judge.tolerances import Limits
 from parity.harness.run.records import RunRecord
 
 
-def group_checks(candidate: RunRecord, reference: RunRecord, limits: Limits) -> tuple[list, float | None]:
+def group_checks(candidate: RunRecord, reference: RunRecord, limits: Limits) -> tuple[list[Check], float | None]:
     """The failing group checks of every step, plus the worst passing one per step (so the report shows the
     margin); and the worst relative difference over all groups and steps (None when not compared)."""
-    from parity.harness.judge.verdict import Check
-
     rtol = limits.group_grad_norm_rel
     if rtol is None:
         return [], None

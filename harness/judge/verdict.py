@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 
 from parity.harness.contract.schema import Scenario
+from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import SeriesDiff, error_ratio, series_rel_diff, token_diff
 from parity.harness.judge.distribution import histograms
 from parity.harness.judge.groups import group_checks
@@ -24,27 +25,6 @@ from parity.harness.run.records import RunRecord
 Status = Literal["PASS", "FAIL", "ERROR", "SKIP"]
 PHASES = {"logprobs_before": "log-prob before training", "logprobs_after": "log-prob after the last step",
           "entropy_before": "entropy before training", "entropy_after": "entropy after the last step"}
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    metric: str
-    observed: float
-    limit: float
-    step: int | None = None
-    lane: str = "abs"
-    """abs (vs fp32 reference), rel (relative), ratio (candidate error / baseline error)."""
-    note: str = ""
-    """How the limit was formed, when it is not a plain number (rtol + atol / |ref|)."""
-
-    @property
-    def passed(self) -> bool:
-        return self.observed <= self.limit  # NaN/inf never pass
-
-    def reason(self) -> str:
-        at = f" at step {self.step}" if self.step is not None else ""
-        how = f"; {self.note}" if self.note else ""
-        return f"{self.metric}{at} = {self.observed:.3g} > limit {self.limit:.3g} ({self.lane}{how})"
 
 
 @dataclass(slots=True)

@@ -1,0 +1,26 @@
+"""One check of a verdict: a metric, its observed value and its limit (the reason text a FAIL prints)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    metric: str
+    observed: float
+    limit: float
+    step: int | None = None
+    lane: str = "abs"
+    """abs (vs fp32 reference), rel (relative), ratio (candidate error / baseline error)."""
+    note: str = ""
+    """How the limit was formed, when it is not a plain number (rtol + atol / |ref|)."""
+
+    @property
+    def passed(self) -> bool:
+        return self.observed <= self.limit  # NaN/inf never pass
+
+    def reason(self) -> str:
+        at = f" at step {self.step}" if self.step is not None else ""
+        how = f"; {self.note}" if self.note else ""
+        return f"{self.metric}{at} = {self.observed:.3g} > limit {self.limit:.3g} ({self.lane}{how})"

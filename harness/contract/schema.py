@@ -148,6 +148,10 @@ class Tolerance(_Strict):
     """atol of the same check: the loss error allowed however close to zero the reference loss is."""
     grad_norm_rel: float | None = None
     grad_norm_atol: float | None = None
+    group_grad_norm_rel: float | None = None
+    """rtol of the per-module (parameter group) pre-clip grad norm check; fp32 default 1e-4, not compared in bf16."""
+    group_grad_norm_atol: float | None = None
+    """Its atol, as a fraction of the reference's global grad norm at that step (default 1e-6)."""
     ratio_mean: float | None = None
     """Three-way lane: limit on candidate-error / baseline-error for mean-type errors."""
     ratio_max: float | None = None

@@ -39,7 +39,9 @@ HF_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), g) for
 def hf_group(name: str) -> str:
     """The group of an HF parameter name (wrapper prefixes and `model.` dropped); an unknown name is its own
     group (its module path), so nothing is left out of the sum."""
-    name = _WRAPPERS.sub("", name).lstrip(".").removeprefix("model.")
+    name = _WRAPPERS.sub("", name).lstrip(".")
+    while name.startswith("model."):  # the HF prefix, and any wrapper's attribute named `model` (MindSpeed FSDP)
+        name = name.removeprefix("model.")
     for pattern, group in HF_RULES:
         if match := pattern.match(name):
             return match.expand(group)

@@ -64,6 +64,7 @@ def test_group_names_read_as_layer_and_module():
     assert hf_group("model.layers.0.block_sparse_moe.experts.3.w1.weight") == "layers.0.mlp.experts"
     assert hf_group("model.layers.1._checkpoint_wrapped_module.mlp.down_proj.weight") == "layers.1.mlp.down_proj"
     assert hf_group("model.vision_tower.proj.weight") == "vision_tower.proj"  # unknown: its own module's group
+    assert hf_group("model.model.layers.0.mlp.gate_proj.weight") == "layers.0.mlp.gate_up"  # a wrapper named model
     assert describe("layers.2.self_attn.q_norm") == "layer 2 self_attn.q_norm"
     assert describe("lm_head") == "lm_head"
 

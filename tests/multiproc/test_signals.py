@@ -1,5 +1,6 @@
-"""SIGTERM to `parity run` mid-scenario: every process of the run is gone, the finished scenarios and the
-interrupted one (ERROR) are in results.jsonl and summary.md, and the exit code is 128 + SIGTERM."""
+"""SIGTERM to `parity run` (either launcher) or to `pytest` mid-scenario: every process of the run is gone, the
+finished scenarios and the interrupted one (ERROR) are in results.jsonl and summary.md, and the exit code is
+128 + SIGTERM."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import REPO
 
 SCENARIOS = """\
 defaults: {device: cpu, timeout: 300}
@@ -47,15 +46,27 @@ def wait_for(predicate, timeout: float) -> bool:
     return False
 
 
+#: how each entry point is started on the scenario file (cwd = its directory); `{out}` / `{cache}` are filled in
+COMMANDS = {
+    "parity-run-forked": ["-m", "parity.harness.cli", "run", "s.yaml", "--out", "{out}", "--cache-dir", "{cache}",
+                          "--launcher", "forked"],
+    "parity-run-torchrun": ["-m", "parity.harness.cli", "run", "s.yaml", "--out", "{out}", "--cache-dir", "{cache}",
+                            "--launcher", "torchrun"],
+    "pytest": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "s.yaml", "--parity-out={out}",
+               "--parity-cache-dir={cache}"],
+}
+
+
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the run's processes through /proc")
-@pytest.mark.parametrize("launcher", ["forked", "torchrun"])
-def test_sigterm_kills_every_rank_and_reports_what_finished(tmp_path, cache_dir, launcher):
+@pytest.mark.parametrize("entry", sorted(COMMANDS))
+def test_sigterm_kills_every_rank_and_reports_what_finished(tmp_path, cache_dir, entry):
+    """Both launchers under `parity run`, and pytest (whose plugin installs the same handling)."""
     (tmp_path / "s.yaml").write_text(SCENARIOS)
     out, tag = tmp_path / "out", f"PARITY_SIGNAL_TEST={uuid.uuid4().hex}"
     name, value = tag.split("=")
-    proc = subprocess.Popen([sys.executable, "-m", "parity.harness.cli", "run", str(tmp_path / "s.yaml"), "--out",
-                             str(out), "--cache-dir", str(cache_dir), "--launcher", launcher], cwd=REPO,
-                            env={**os.environ, name: value}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    args = [a.format(out=out, cache=cache_dir) for a in COMMANDS[entry]]
+    proc = subprocess.Popen([sys.executable, *args], cwd=tmp_path, env={**os.environ, name: value},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         hung = lambda: any("injected hang" in p.read_text(errors="replace")  # noqa: E731
                            for p in (out / "records").rglob("*.log"))

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 
 from parity.harness.contract.schema import Scenario
+from parity.harness.contract.spec import KWARGS_BLOCKS
 from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import SeriesDiff, error_ratio, series_rel_diff, token_diff
 from parity.harness.judge.distribution import histograms
@@ -205,7 +206,7 @@ def determinism_problems(first: RunRecord, repeats: Sequence[RunRecord]) -> list
 def dropped_kwargs(scenario: Scenario, record: RunRecord) -> list[str]:
     """Keys given in a kwargs block that the engine did not report as applied."""
     dropped = []
-    for block in ("mcore_kwargs", "fsdp_kwargs", "engine_kwargs"):
+    for block in KWARGS_BLOCKS:
         applied = record.applied_kwargs.get(block, {})
         dropped += [f"{block}.{key}" for key in getattr(scenario, block) if key not in applied]
     return dropped
@@ -214,7 +215,7 @@ def dropped_kwargs(scenario: Scenario, record: RunRecord) -> list[str]:
 def kwargs_not_as_given(scenario: Scenario, record: RunRecord) -> list[str]:
     """Keys the engine reports with an effective value other than the one requested."""
     differing = []
-    for block in ("mcore_kwargs", "fsdp_kwargs", "engine_kwargs"):
+    for block in KWARGS_BLOCKS:
         applied = record.applied_kwargs.get(block, {})
         for key, requested in getattr(scenario, block).items():
             if key in applied and applied[key] != requested and str(applied[key]) != str(requested):

@@ -33,6 +33,15 @@ def mindspeed_source() -> Path:
     return src
 
 
+def skip_on_bad_megatron_pairing(src: Path) -> None:
+    """Runs that build mindspeed_megatron directly (not through a scenario's SKIP) need the tree's megatron-core line:
+    a core_r0.16 tree with megatron-core 0.12, or master (0.12.1 line) with 0.16, SKIPs naming both."""
+    from parity.engines.mindspeed_env import _setup_version, megatron_core_version, pairing_problem
+
+    if problem := pairing_problem(_setup_version(src / "setup.py"), megatron_core_version(), str(src)):
+        pytest.skip(problem)
+
+
 def lane_env(src: Path) -> dict[str, str]:
     paths = [str(SITE), str(src), *filter(None, [os.environ.get("PYTHONPATH")])]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONUNBUFFERED": "1"}

@@ -95,6 +95,7 @@ matrix:
 def planted(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     from tests.emulated_npu.planted import IGNORED
 
+    lane.skip_on_bad_megatron_pairing(source)
     work = tmp_path_factory.mktemp("planted")
     (work / "planted.yaml").write_text(textwrap.dedent(PLANTED.format(key=IGNORED)))
     done = lane.run_harness(["-m", "parity.harness.cli", "run", str(work / "planted.yaml"), "--out",

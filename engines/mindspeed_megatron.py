@@ -23,9 +23,11 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import json
 import sys
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from parity.engines.fused_ops import COUNTER
@@ -59,6 +61,17 @@ MINDSPEED_DEFAULTS: dict[str, Any] = {
     "context_parallel_algo": "megatron_cp_algo",
     "attention_mask_type": "general",
 }
+
+#: further defaults for a mixture-of-experts model. Grouped-GEMM experts, as verl configures every MoE model
+#: (verl/models/mcore/config_converter.py, moe_grouped_gemm=True) and as Ascend runs them: under the TE spec
+#: Megatron then builds TEGroupedMLP over MindSpeed's TE grouped-linear stand-ins, which run
+#: npu_grouped_matmul and communicate over the EXPERT tensor-parallel group
+#: (mindspeed/te/pytorch/module/grouped_linear.py TEGroupedLinear). Without it Megatron builds SequentialMLP over
+#: MindSpeed's TEColumn/RowParallelLinear stand-ins, which take the DENSE TP group for expert linears
+#: (mindspeed/te/pytorch/module/linear.py): with tp > 1 and expert TP 1 each rank's experts all-reduce their own
+#: token batches of different sizes over tp (gloo: a collective size mismatch). MindSpeed's grouped-GEMM feature
+#: reads the same flag from its args (mindspeed/features_manager/moe/gmm.py), so it goes to both.
+MINDSPEED_MOE_DEFAULTS: dict[str, Any] = {"moe_grouped_gemm": True}
 
 
 
@@ -102,16 +115,18 @@ def layout_args(scenario: Scenario, transformer_impl: str = "local") -> dict[str
 
 
 def plan_mindspeed_args(scenario: Scenario, mindspeed_keys: Collection[str], megatron_keys: Collection[str],
-                        transformer_impl: str = "local") -> MindSpeedArgsPlan:
+                        transformer_impl: str = "local", moe: bool = False) -> MindSpeedArgsPlan:
     """Route the scenario's layout and mcore_kwargs. `mindspeed_keys`: the names MindSpeed's parser registers
-    (`vars(get_mindspeed_args(get_defaults=True))`); `megatron_keys`: TransformerConfig field names."""
-    mindspeed = {**MINDSPEED_DEFAULTS, **layout_args(scenario, transformer_impl)}
+    (`vars(get_mindspeed_args(get_defaults=True))`); `megatron_keys`: TransformerConfig field names; `moe`: the
+    model has experts (MINDSPEED_MOE_DEFAULTS apply)."""
+    defaults = {**MINDSPEED_DEFAULTS, **(MINDSPEED_MOE_DEFAULTS if moe else {})}
+    mindspeed = {**defaults, **layout_args(scenario, transformer_impl)}
     routed: dict[str, str] = {}
     rejected: dict[str, str] = {}
     for key, value in scenario.mcore_kwargs.items():
         if key in MINDSPEED_MEGATRON.layout_keys:
             rejected[key] = f"set by the scenario's {MINDSPEED_MEGATRON.layout_keys[key]}, not by mcore_kwargs"
-        elif key in mindspeed_keys or key in MINDSPEED_DEFAULTS:
+        elif key in mindspeed_keys or key in defaults:
             mindspeed[key] = value
             routed[key] = "both" if key in megatron_keys else "mindspeed"
         else:
@@ -201,7 +216,8 @@ class _MindSpeedMegatronMixin:
 
         defaults = vars(get_mindspeed_args(get_defaults=True))
         plan = plan_mindspeed_args(self.ctx.scenario, set(defaults),
-                                   {f.name for f in dataclasses.fields(TransformerConfig)}, self._transformer_impl())
+                                   {f.name for f in dataclasses.fields(TransformerConfig)}, self._transformer_impl(),
+                                   moe=self._checkpoint_has_experts())
         # every MindSpeed arg reset to its default first: a forked rank may inherit an earlier repatch
         repatch({**defaults, **plan.mindspeed_args})
         full_args = get_full_args()
@@ -210,6 +226,14 @@ class _MindSpeedMegatronMixin:
         if wrong:
             raise RuntimeError(f"MindSpeed's args did not take the repatch (wanted, got): {wrong}")
         self._mindspeed_plan, self._mindspeed_effective = plan, effective
+
+    def _checkpoint_has_experts(self) -> bool:
+        """Whether the checkpoint is a mixture of experts, from its config.json (read before the Megatron engine
+        loads the config; without one that setup fails right after, naming the checkpoint)."""
+        path = Path(self.ctx.checkpoint) / "config.json"
+        config = json.loads(path.read_text()) if path.is_file() else {}
+        text = config.get("text_config") or config
+        return any(text.get(key) for key in ("num_experts", "num_local_experts", "n_routed_experts"))
 
     def use_transformer_engine(self) -> bool:
         """The TE spec, always: it is the path NPUs take. MindSpeed's adaptor puts its own stand-ins behind
@@ -250,6 +274,9 @@ class _MindSpeedMegatronMixin:
         lay = self.ctx.scenario.layout
         kwargs["sequence_parallel"] = bool(lay.sequence_parallel and lay.tp > 1)
         kwargs["context_parallel_size"] = lay.cp
+        # the MoE defaults (or the mcore_kwargs that override them) decide the expert module Megatron builds
+        plan = getattr(self, "_mindspeed_plan", None)
+        kwargs.update({k: plan.mindspeed_args[k] for k in MINDSPEED_MOE_DEFAULTS if plan and k in plan.mindspeed_args})
         return kwargs
 
     def applied_kwargs(self) -> dict[str, Any]:

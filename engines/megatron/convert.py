@@ -5,7 +5,8 @@ on its own. One rank's Megatron state is described by a `Shard` (its TP / EP / e
 map {local layer index -> global layer index}, which is how PP and VPP offsets enter (the engine reads the global
 index from `layer.layer_number`). The same mapping maps gradients.
 
-Megatron layouts (local layer spec; TE fuses the two input norms into the following linear, see `te_name`):
+Megatron layouts (local layer spec; TE fuses the two input norms into the following linear, see `te_name`, and
+grouped-GEMM experts name their weights per fc, see `grouped_expert_name`):
 - linear_qkv rows are grouped per KV head: [q (heads/groups * d); k (d); v (d)] for each group; TP splits groups.
 - linear_fc1 = [gate; up] per TP shard; linear_proj / linear_fc2 split by columns; embeddings split by rows
   after padding the vocabulary.
@@ -17,6 +18,7 @@ writes to disk) and Mixtral's `block_sparse_moe.experts.{e}.w1/w3/w2`.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -226,6 +228,23 @@ def te_name(name: str) -> str:
     return name.replace("pre_mlp_layernorm.weight", "mlp.linear_fc1.layer_norm_weight")
 
 
+_SEQUENTIAL_EXPERT = re.compile(r"mlp\.experts\.local_experts\.(\d+)\.(linear_fc[12])\.(weight|bias)$")
+_GROUPED_EXPERT = re.compile(r"mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$")
+
+
+def grouped_expert_name(name: str) -> str:
+    """SequentialMLP expert name -> its grouped-GEMM spelling: TEGroupedMLP holds one grouped linear per fc with
+    local expert j's [out, in] matrix as `weight{j}` (megatron/core/transformer/moe/experts.py TEGroupedMLP,
+    megatron/core/extensions/transformer_engine.py TEGroupedLinear; MindSpeed's stand-in registers the same
+    names, mindspeed/te/pytorch/module/grouped_linear.py). Same shapes, so only the name changes."""
+    return _SEQUENTIAL_EXPERT.sub(r"mlp.experts.\2.\3\1", name)
+
+
+def sequential_expert_name(name: str) -> str:
+    """Inverse of `grouped_expert_name` (other names unchanged)."""
+    return _GROUPED_EXPERT.sub(r"mlp.experts.local_experts.\3.\1.\2", name)
+
+
 # ---- Megatron -> HF ----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class McorePiece:
@@ -260,6 +279,7 @@ def mcore_to_hf(pieces: Iterable[McorePiece], arch: ModelArch,
     experts: dict[tuple[int, int, str], dict[int, torch.Tensor]] = defaultdict(dict)
     for piece in pieces:
         for name, tensor in piece.state.items():
+            name = sequential_expert_name(name)
             if name.startswith("decoder.layers."):
                 local, rest = name[len("decoder.layers."):].split(".", 1)
                 layer = piece.layers[int(local)]

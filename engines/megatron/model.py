@@ -12,7 +12,7 @@ from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from parity.engines.megatron import compat
-from parity.engines.megatron.convert import ModelArch, Shard, hf_to_mcore, te_name
+from parity.engines.megatron.convert import ModelArch, Shard, grouped_expert_name, hf_to_mcore, te_name
 
 
 def have_transformer_engine() -> bool:
@@ -118,8 +118,8 @@ def load_hf_weights(chunk: GPTModel, hf: Mapping[str, torch.Tensor], arch: Model
     wider: dict[torch.nn.Parameter, torch.Tensor] = {}
     loaded = set()
     for name, tensor in tensors.items():
-        target = name if name in params else te_name(name)
-        if target not in params:
+        target = next((n for n in (name, te_name(name), grouped_expert_name(name)) if n in params), None)
+        if target is None:
             raise KeyError(f"converted weight {name} has no parameter in the Megatron model")
         param = params[target]
         if param.shape != tensor.shape:

@@ -55,6 +55,9 @@ def test_records_show_mindspeed_and_its_fused_attention_ran(matrix: dict[str, di
         # with cp > 1 MindSpeed's ring attention (the cp2 planted run checks it in detail), else its TE stand-in
         want = "MindSpeedCPDotProductAttention" if "/cp2" in scenario_id else "TEDotProductAttention"
         assert mindspeed["attention"]["core_attention"] == [want], scenario_id
+        if scenario_id.startswith("tiny-qwen3-moe/"):  # grouped-GEMM experts: MindSpeed's TE grouped linear ran
+            assert mindspeed["fused_ops"].get("npu_grouped_matmul", 0) > 0, (scenario_id, mindspeed["fused_ops"])
+            assert "moe_grouped_gemm" in mindspeed["features"], scenario_id
 
 
 def test_mindspeed_fsdp_layers_hold_the_fsdp_kwargs(matrix: dict[str, dict[str, Any]]) -> None:

@@ -12,8 +12,10 @@ from parity.engines.megatron.convert import (
     ModelArch,
     Shard,
     fuse_qkv,
+    grouped_expert_name,
     hf_to_mcore,
     mcore_to_hf,
+    sequential_expert_name,
     split_qkv,
     te_name,
 )
@@ -128,6 +130,21 @@ def test_te_names() -> None:
     assert te_name("decoder.layers.0.input_layernorm.weight") == \
         "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight"
     assert te_name("decoder.layers.0.pre_mlp_layernorm.weight") == "decoder.layers.0.mlp.linear_fc1.layer_norm_weight"
+
+
+def test_grouped_gemm_expert_names(cache_dir: Path) -> None:
+    """TEGroupedMLP spells local expert j's weights `mlp.experts.linear_fc{1,2}.weight{j}`; Megatron -> HF reads
+    either spelling, and other names pass through."""
+    name = "decoder.layers.3.mlp.experts.local_experts.12.linear_fc1.weight"
+    assert grouped_expert_name(name) == "decoder.layers.3.mlp.experts.linear_fc1.weight12"
+    assert sequential_expert_name(grouped_expert_name(name)) == name
+    for other in ("decoder.layers.0.mlp.linear_fc2.weight", "decoder.layers.0.mlp.router.weight"):
+        assert grouped_expert_name(other) == other == sequential_expert_name(other)
+    arch, hf = _load("tiny-qwen3-moe", cache_dir)
+    grouped = [McorePiece(p.shard, p.layers, {grouped_expert_name(k): v for k, v in p.state.items()})
+               for p in _split(hf, arch, 2, 1, 1, 2, 1)]
+    back = mcore_to_hf(grouped, arch)
+    assert sorted(back) == sorted(hf) and all(torch.equal(back[k], hf[k]) for k in hf)
 
 
 def test_mixed_dense_and_moe_layers_round_trip(tmp_path: Path) -> None:

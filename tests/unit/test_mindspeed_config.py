@@ -77,6 +77,15 @@ def test_defaults_turn_flash_attention_on() -> None:
     assert plan.routed == {} and plan.rejected == {}
 
 
+def test_moe_models_get_grouped_gemm_experts_in_both_unless_overridden() -> None:
+    keys = MEGATRON_KEYS | {"moe_grouped_gemm"}
+    assert "moe_grouped_gemm" not in msm.plan_mindspeed_args(scenario(), MINDSPEED_KEYS, keys).mindspeed_args
+    plan = msm.plan_mindspeed_args(scenario(), MINDSPEED_KEYS, keys, moe=True)
+    assert plan.mindspeed_args["moe_grouped_gemm"] is True and plan.routed == {}
+    plan = msm.plan_mindspeed_args(scenario(mcore_kwargs={"moe_grouped_gemm": False}), MINDSPEED_KEYS, keys, moe=True)
+    assert plan.mindspeed_args["moe_grouped_gemm"] is False and plan.routed == {"moe_grouped_gemm": "both"}
+
+
 @pytest.mark.parametrize(("key", "where"), [("context_parallel_size", "layout.cp"),
                                             ("sequence_parallel", "layout.sequence_parallel"),
                                             ("tensor_model_parallel_size", "layout.tp")])

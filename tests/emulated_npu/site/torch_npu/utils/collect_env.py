@@ -1,7 +1,9 @@
 """Emulated torch_npu.utils.collect_env (imported at module load by MindSpeed's MoE token dispatchers,
-mindspeed/core/transformer/moe/legacy_a2a_token_dispatcher.py)."""
-from ..emulation import refuse
+mindspeed/core/transformer/moe/legacy_a2a_token_dispatcher.py and moe_feature/overlap/token_dispatcher.py, which
+compare the version against a list at import)."""
 
 
 def get_cann_version():
-    refuse("utils.collect_env.get_cann_version", "a CANN version (there is no CANN)")
+    """What torch_npu's own function returns when no `ascend_*_install.info` lies under $ASCEND_HOME_PATH:
+    'not known' (torch_npu/utils/collect_env.py get_cann_version). There is no CANN install here."""
+    return "not known"

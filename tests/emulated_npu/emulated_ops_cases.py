@@ -526,3 +526,27 @@ def test_index_copy_takes_int32_indices_as_the_npu_kernel_does(tnpu):
     index = torch.tensor([2, 0, 1], dtype=torch.int32)
     want = torch.zeros(3, 2).index_copy_(0, index.long(), source)
     assert torch.equal(torch.zeros(3, 2).index_copy_(0, index, source), want)
+
+
+def test_backward_maps_npu_devices_as_the_forward_does(tnpu):
+    """A custom Function's backward that allocates on the current accelerator index (MindSpeed FSDP's expert
+    all-to-all, mindspeed/fsdp/distributed/dist_ops.py) lands on the CPU through every autograd entry point,
+    although the mode's handler runs `backward` itself with the mode popped."""
+
+    class OnCurrentIndex(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.new_empty(x.shape, device=torch.accelerator.current_device_index()).copy_(x) * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad.new_empty(grad.shape, device=torch.accelerator.current_device_index()).copy_(grad) * 3
+
+    x = torch.ones(3, requires_grad=True)
+    OnCurrentIndex.apply(x).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 3.0))
+    (grad,) = torch.autograd.grad(OnCurrentIndex.apply(x).sum(), x)
+    assert torch.equal(grad, torch.full((3,), 3.0))
+    x.grad = None
+    torch.autograd.backward([OnCurrentIndex.apply(x).sum()])
+    assert torch.equal(x.grad, torch.full((3,), 3.0))

@@ -50,6 +50,7 @@ def install():
         torch.Tensor.npu = _tensor_npu
     MODE.__enter__()
     _fsdp_on_cpu()
+    _backward_under_the_mode()
 
 
 def _fsdp_on_cpu():
@@ -69,6 +70,32 @@ def _fsdp_on_cpu():
 
         device_from_mesh.emulated = True
         module._get_device_from_mesh = device_from_mesh
+
+
+def _backward_under_the_mode():
+    """A graph's Python backward code (custom autograd Functions, hooks) runs inside `loss.backward()`, which the
+    mode's handler runs with the mode popped, as it runs every function it intercepts: MindSpeed FSDP's expert
+    all-to-all backward (mindspeed/fsdp/distributed/dist_ops.py `_AllToAll`) would then allocate on
+    `torch.accelerator.current_device_index()`, an 'npu' index, unmapped. The one call that runs the autograd engine
+    for `Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad` (`torch.autograd.graph.
+    _engine_run_backward`, the hook torch.compiler patches the same way) runs with the mode pushed again, so the
+    backward maps 'npu' devices as the forward does."""
+    import torch.autograd
+    import torch.autograd.graph
+
+    real = torch.autograd.graph._engine_run_backward
+    if getattr(real, "emulated", False):
+        return
+
+    def engine_run_backward(*args, **kwargs):
+        if MODE in torch.overrides._get_current_function_mode_stack():
+            return real(*args, **kwargs)
+        with MODE:
+            return real(*args, **kwargs)
+
+    engine_run_backward.emulated = True
+    torch.autograd.graph._engine_run_backward = engine_run_backward
+    torch.autograd._engine_run_backward = engine_run_backward
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):

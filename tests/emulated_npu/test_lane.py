@@ -123,3 +123,32 @@ def test_a_padding_mask_with_causal_sparse_mode_breaks_the_fused_attention_contr
     [b, 1, s, s] padding mask: on a device that is wrong numbers or a kernel error; the emulation refuses it."""
     assert planted["causal"]["verdict"] == "ERROR"
     assert "sparse_mode=2 requires" in " ".join(planted["causal"]["reasons"]), planted["causal"]["reasons"]
+
+
+PLANTED_FSDP = """
+description: planted MindSpeed FSDP defect (tests/emulated_npu/test_lane.py)
+defaults: {{device: cpu, dtype: fp32, timeout: 300, model: tiny-qwen3, layout: {{dp: 2}},
+            workload: {{batch_size: 4, prompt_len: 16, response_len: 16, steps: 1}}}}
+matrix:
+  - {{strategy: mindspeed_fsdp, fsdp_kwargs: {{{key}: 1}}, name: clean}}
+  - {{engine: "tests.emulated_npu.planted_fsdp:FSDPIgnoresOneKwargEngine", fsdp_kwargs: {{{key}: 1}}, name: ignores}}
+"""
+
+
+def test_an_fsdp_kwarg_mindspeed_ignores_fails_as_not_applied(source: Path,
+                                                               tmp_path: Path) -> None:
+    """MindSpeed FSDP taking a kwarg into its config and not applying it to the layers it wraps: the engine reads
+    the layers' FSDP state back, so the planted run FAILs naming the key; its clean twin PASSes."""
+    from tests.emulated_npu.planted_fsdp import IGNORED_FSDP
+
+    if not (source / "mindspeed" / "fsdp").is_dir():
+        pytest.skip(f"{source} has no mindspeed/fsdp (MindSpeed's FSDP engine is on its master branch)")
+    (tmp_path / "planted.yaml").write_text(textwrap.dedent(PLANTED_FSDP.format(key=IGNORED_FSDP)))
+    done = lane.run_harness(["-m", "parity.harness.cli", "run", str(tmp_path / "planted.yaml"), "--out",
+                             str(tmp_path / "out")], source)
+    found = {k.split("+")[-1]: v for k, v in lane.results(tmp_path / "out").items()}
+    assert set(found) == {"clean", "ignores"}, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert found["clean"]["verdict"] == "PASS", found["clean"]["reasons"]
+    assert found["ignores"]["verdict"] == "FAIL"
+    assert any(f"fsdp_kwargs.{IGNORED_FSDP} requested 1, effective 0" in r and "not applied" in r
+               for r in found["ignores"]["reasons"]), found["ignores"]["reasons"]

@@ -231,6 +231,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [item for item, keep in zip(items, mine, strict=True) if keep]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The Runner plans with the scenarios this session will run (after -k / -m / --parity-shard), not every
+    collected one: a deselected MindSpeed row must not keep megatron out of the forkserver's preload."""
+    parity = session.config.stash[SESSION]
+    parity.scenarios[:] = [item.scenario for item in session.items if isinstance(item, ScenarioItem)]
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Any:
     """SIGTERM / SIGINT while a scenario runs become `Interrupted` (its launcher kills the ranks on the way out,

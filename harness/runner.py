@@ -249,7 +249,14 @@ class Runner:
 
     def _forked_launcher(self, scenario: Scenario) -> ForkedLauncher:
         if self._forked is None:
-            specs = list({spec.name: spec for spec in map(spec_for, [*self._planned, scenario])}.values())
-            self._forked = ForkedLauncher(["parity.harness.run.rank_warnings", "torch", "parity.harness.run.worker",
-                                           *preload_modules(specs)])
+            self._forked = ForkedLauncher(self.forkserver_preload(scenario))
         return self._forked
+
+    def forkserver_preload(self, scenario: Scenario) -> list[str]:
+        """What the warm forkserver imports for the planned scenarios that can run here (plus this one): a skipped
+        MindSpeed row would otherwise keep megatron out, and every Megatron rank would import it (~3 s)."""
+        runnable = [*(s for s in self._planned if skip_reason(s) is None), scenario]
+        specs = list({spec.name: spec for spec in map(spec_for, runnable)}.values())
+        models = list(dict.fromkeys(s.model for s in runnable))
+        return ["parity.harness.run.rank_warnings", "torch", "parity.harness.run.worker",
+                *preload_modules(specs, models)]

@@ -10,10 +10,12 @@ import dataclasses
 import importlib
 import os
 import sys
+from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from parity.engines.specs import BUILTIN
+from parity.harness.config.models import hf_modeling_module
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import EngineSpec, open_spec
 
@@ -89,14 +91,19 @@ def check_environment(spec: EngineSpec) -> str | None:
     return _import(spec.environment_check)()
 
 
-def preload_modules(specs: list[EngineSpec]) -> list[str]:
+def preload_modules(specs: list[EngineSpec], models: Iterable[str] = ()) -> list[str]:
     """Modules the forkserver imports once for these engines. A spec whose preload touches a module another
     planned engine must import itself first (MindSpeed patches megatron before megatron is imported) is left
-    out whole; so is one whose requirements are missing here."""
+    out whole; so is one whose requirements are missing here. Where transformers is preloaded and no planned
+    engine patches while loading, the planned models' modeling modules come too (importing them costs each rank
+    ~2 s of a tiny scenario's ~5; a module that does not import is skipped by the forkserver)."""
     excluded = {top for spec in specs for top in spec.preload_excludes}
     modules: list[str] = []
     for spec in specs:
         if spec.missing() or any(m.split(".")[0] in excluded for m in spec.preload):
             continue
         modules += [m for m in spec.preload if m not in modules]
+    if "transformers" in modules and not excluded:
+        modeling = (hf_modeling_module(model) for model in models)
+        modules += ["transformers.modeling_utils", *dict.fromkeys(m for m in modeling if m)]
     return modules

@@ -8,7 +8,7 @@ import importlib.metadata as md
 import pytest
 
 from parity.engines.specs import BUILTIN, MEGATRON_LAYOUT_KEYS
-from parity.harness.config import registry
+from parity.harness.config import registry, validate
 from parity.harness.config.matrix import parse_scenario
 from parity.harness.config.verl_config import LAYOUT_FIELDS
 from parity.harness.contract.schema import Scenario
@@ -64,6 +64,30 @@ def test_preload_leaves_out_what_a_planned_engine_must_import_first():
     with_mindspeed = registry.preload_modules([spec["megatron"], spec["fsdp2"], spec["mindspeed_megatron"]])
     assert not [m for m in with_mindspeed if "megatron" in m]  # MindSpeed patches megatron before its import
     assert "parity.engines.fsdp2" in with_mindspeed
+
+
+def test_preload_brings_the_planned_models_modeling_modules_unless_an_engine_patches_while_loading():
+    spec = {s.name: s for s in BUILTIN}
+    models = ["tiny-qwen3-moe", "tiny-llama", "tiny-qwen3-moe"]
+    modules = registry.preload_modules([spec["fsdp2"]], models)
+    modeling = [m for m in modules if ".modeling_" in m]
+    assert modeling == ["transformers.modeling_utils", "transformers.models.qwen3_moe.modeling_qwen3_moe",
+                        "transformers.models.llama.modeling_llama"]
+    assert not [m for m in registry.preload_modules([spec["fsdp2"], spec["mindspeed_fsdp"]], models)
+                if ".modeling_" in m]
+
+
+def test_runner_preload_ignores_planned_scenarios_that_cannot_run_here(tmp_path):
+    """A collected Ascend MindSpeed row (SKIPped on CPU) must not take megatron out of the forkserver: the
+    Megatron rows that do run would each import it."""
+    from parity.harness.runner import Runner, RunOptions
+
+    megatron = Scenario(model="tiny-qwen3", strategy="megatron", layout={"tp": 2})
+    ascend = Scenario(model="tiny-qwen3", strategy="mindspeed_megatron", layout={"tp": 2}, device="npu")
+    assert validate.skip_reason(ascend) is not None
+    runner = Runner(RunOptions(out_dir=tmp_path), [ascend, megatron])
+    preload = runner.forkserver_preload(megatron)
+    assert "megatron.core" in preload and "transformers.models.qwen3.modeling_qwen3" in preload
 
 
 def test_third_party_spec_is_the_class_attribute_renamed_to_its_path():

@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 Dtype = Literal["fp32", "bf16", "fp16"]
 Device = Literal["cpu", "cuda", "npu"]
@@ -121,10 +121,27 @@ class Workload(_Strict):
     grad_clip: float = Field(1.0, gt=0)
     """Max grad norm. The harness compares the norm BEFORE clipping."""
     weight_decay: float = Field(0.0, ge=0)
+    advantages: Literal["seeded", "group_normalized"] = "seeded"
+    """seeded: one seeded advantage per row, independent of the rest (the step-1 grpo loss is then mostly
+    -mean(A), a term no engine computes). group_normalized: GRPO's, as verl computes them: rows come in groups of
+    `group_size` responses to one shared prompt, each with a seeded scalar reward, and A = (r - mean_group) /
+    (std_group + 1e-6); responses of a group have one length, so the advantage term of the step-1 loss cancels."""
+    group_size: int | None = Field(None, ge=2)
+    """Responses per prompt (group_normalized only); divides batch_size."""
 
     @property
     def seq_len(self) -> int:
         return self.prompt_len + self.response_len
+
+    @model_serializer(mode="wrap")
+    def _omit_default_advantages(self, handler: Any) -> dict[str, Any]:
+        """The advantage fields are left out at their defaults, so the content hash (and every cached
+        reference) of a workload that predates them stays the same."""
+        data = handler(self)
+        if self.advantages == "seeded" and self.group_size is None:
+            data.pop("advantages", None)
+            data.pop("group_size", None)
+        return data
 
     @model_validator(mode="after")
     def _check_lengths(self) -> Workload:
@@ -132,6 +149,13 @@ class Workload(_Strict):
             raise ValueError(f"min_prompt_len({self.min_prompt_len}) > prompt_len({self.prompt_len})")
         if self.min_response_len is not None and self.min_response_len > self.response_len:
             raise ValueError(f"min_response_len({self.min_response_len}) > response_len({self.response_len})")
+        if self.advantages == "group_normalized":
+            if self.group_size is None:
+                raise ValueError("advantages: group_normalized needs group_size (responses per prompt)")
+            if self.batch_size % self.group_size:
+                raise ValueError(f"batch_size({self.batch_size}) is not divisible by group_size({self.group_size})")
+        elif self.group_size is not None:
+            raise ValueError("group_size applies to advantages: group_normalized only")
         return self
 
 

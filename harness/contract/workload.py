@@ -43,22 +43,63 @@ class Batch:
         return self.input_ids[:, self.prompt_len:]
 
 
+GRPO_EPS = 1e-6
+"""verl's epsilon in compute_grpo_outcome_advantage (verl/trainer/ppo/core_algos.py)."""
+
+
 def build_batch(workload: Workload, vocab_size: int) -> Batch:
     """Deterministic from workload.seed alone (its own generator, never the global RNG)."""
     gen = torch.Generator().manual_seed(workload.seed)
+    if workload.advantages == "group_normalized":
+        return _grouped_batch(workload, vocab_size, gen)
     bsz, plen, rlen = workload.batch_size, workload.prompt_len, workload.response_len
     min_p = workload.min_prompt_len or max(1, plen // 2)
     min_r = workload.min_response_len or max(1, rlen // 2)
     prompt_lens = torch.randint(min_p, plen + 1, (bsz,), generator=gen)
     response_lens = torch.randint(min_r, rlen + 1, (bsz,), generator=gen)
     tokens = torch.randint(1, vocab_size, (bsz, plen + rlen), generator=gen)
+    advantages = torch.randn(bsz, 1, generator=gen).expand(bsz, rlen).contiguous()
+    return _assemble(tokens, prompt_lens, response_lens, advantages, plen)
+
+
+def _grouped_batch(workload: Workload, vocab_size: int, gen: torch.Generator) -> Batch:
+    """GRPO's batch: `group_size` consecutive rows answer one prompt (same prompt tokens), with one response
+    length per group so that sum_i A_i * len_i = 0 per group and the step-1 loss (ratio 1, pg = -A) keeps only
+    model-dependent terms. Consecutive rows keep a group on one data-parallel shard when dp divides the groups."""
+    bsz, plen, rlen, size = workload.batch_size, workload.prompt_len, workload.response_len, workload.group_size
+    assert size is not None  # the schema requires it for group_normalized
+    groups = bsz // size
+    min_p = workload.min_prompt_len or max(1, plen // 2)
+    min_r = workload.min_response_len or max(1, rlen // 2)
+    prompt_lens = torch.randint(min_p, plen + 1, (groups,), generator=gen).repeat_interleave(size)
+    response_lens = torch.randint(min_r, rlen + 1, (groups,), generator=gen).repeat_interleave(size)
+    prompts = torch.randint(1, vocab_size, (groups, plen), generator=gen).repeat_interleave(size, dim=0)
+    responses = torch.randint(1, vocab_size, (bsz, rlen), generator=gen)
+    rewards = torch.randn(groups, size, generator=gen)
+    advantages = group_normalized_advantages(rewards).reshape(bsz, 1).expand(bsz, rlen).contiguous()
+    batch = _assemble(torch.cat([prompts, responses], dim=1), prompt_lens, response_lens, advantages, plen)
+    # verl returns scores.unsqueeze(-1) * response_mask: zero past the end of each response
+    return replace(batch, advantages=batch.advantages * batch.response_mask)
+
+
+def group_normalized_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """[G, n] scalar rewards -> (r - mean) / (std + eps) within each group, std unbiased as torch.std
+    (verl's compute_grpo_outcome_advantage, norm_adv_by_std_in_grpo=True)."""
+    mean = rewards.mean(dim=1, keepdim=True)
+    std = rewards.std(dim=1, keepdim=True)
+    return (rewards - mean) / (std + GRPO_EPS)
+
+
+def _assemble(tokens: torch.Tensor, prompt_lens: torch.Tensor, response_lens: torch.Tensor,
+              advantages: torch.Tensor, plen: int) -> Batch:
+    """Pads seeded tokens to the lengths: prompts on the left, responses on the right (verl's layout)."""
+    rlen = tokens.shape[1] - plen
     positions = torch.arange(plen + rlen)
     prompt_real = positions[None, :plen] >= (plen - prompt_lens[:, None])
     response_real = positions[None, :rlen] < response_lens[:, None]
     attention_mask = torch.cat([prompt_real, response_real], dim=1).long()
     input_ids = tokens * attention_mask
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-    advantages = torch.randn(bsz, 1, generator=gen).expand(bsz, rlen).contiguous()
     return Batch(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                  response_mask=response_real.long(), advantages=advantages, prompt_len=plen)
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+
+import pytest
 import torch
+from pydantic import ValidationError
 
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.schema import Workload
-from parity.harness.contract.workload import build_batch, shift_masks
+from parity.harness.contract.workload import build_batch, group_normalized_advantages, shift_masks
 
 
 def test_batch_is_deterministic_and_padded_like_verl():
@@ -53,3 +57,70 @@ def test_ppo_clip_stops_the_gradient_outside_the_trust_region():
     masked_loss_sum(workload, logp, torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1),
                     1.0).backward()
     assert logp.grad.item() == 0.0
+
+
+def _digest(batch) -> str:
+    digest = hashlib.sha256()
+    for tensor in (batch.input_ids, batch.attention_mask, batch.position_ids, batch.response_mask, batch.advantages):
+        digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def test_default_batch_and_its_hash_inputs_are_pinned():
+    """Every cached reference and golden was recorded on this batch: the grouped option must not move it, nor
+    add keys to the scenario's content hash."""
+    assert _digest(build_batch(Workload(), 1000)) == "b881f48f0f0b752f"
+    assert "advantages" not in Workload().model_dump() and "group_size" not in Workload().model_dump()
+    grouped = Workload(batch_size=8, advantages="group_normalized", group_size=4).model_dump()
+    assert grouped["advantages"] == "group_normalized" and grouped["group_size"] == 4
+
+
+GROUPED = Workload(batch_size=8, prompt_len=6, response_len=5, advantages="group_normalized", group_size=4, seed=3)
+
+
+def test_grouped_batch_shares_prompts_and_lengths_within_a_group():
+    before = torch.random.get_rng_state()
+    a, b = build_batch(GROUPED, 100), build_batch(GROUPED, 100)
+    assert torch.equal(torch.random.get_rng_state(), before)  # its own generator only
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.advantages, b.advantages)
+    other = build_batch(GROUPED.model_copy(update={"seed": 4}), 100)
+    assert not torch.equal(a.advantages, other.advantages)
+    prompts, lengths = a.input_ids[:, :6].reshape(2, 4, 6), a.response_mask.sum(1).reshape(2, 4)
+    assert (prompts == prompts[:, :1]).all() and (lengths == lengths[:, :1]).all()
+    assert not torch.equal(prompts[0], prompts[1])
+    responses = a.input_ids[:, 6:].reshape(2, 4, 5)
+    assert not (responses == responses[:, :1]).all()  # n different responses to one prompt
+    assert (a.advantages[a.response_mask == 0] == 0).all()  # verl: scores * response_mask
+
+
+def test_group_normalized_advantages_are_verls():
+    """verl's compute_grpo_outcome_advantage: (r - mean) / (std + 1e-6), std unbiased, per prompt index."""
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5]])
+    adv = group_normalized_advantages(rewards)
+    std = torch.tensor([[1.0, 0.0, 0.0, 1.0]]).std()
+    assert torch.allclose(adv[0], (rewards[0] - 0.5) / (std + 1e-6)) and (adv[1] == 0).all()
+    batch = build_batch(GROUPED, 100)
+    per_row = batch.advantages[:, 0].reshape(2, 4)
+    assert torch.allclose(per_row.sum(1), torch.zeros(2), atol=1e-6)
+    assert torch.allclose(per_row.std(1), torch.ones(2), atol=1e-5)
+
+
+def test_grouped_step_one_loss_is_model_dependent_only():
+    """ratio 1 at step 1: pg = -A; with one length per group sum_i A_i len_i = 0, so the loss is the entropy bonus
+    alone and a loss error is not diluted by a constant no engine computes (seeded advantages: ~90 % of it)."""
+    batch = build_batch(Workload(batch_size=8, advantages="group_normalized", group_size=4), 1000)
+    mask = batch.response_mask.float()
+    assert abs(float((batch.advantages * mask).sum() / mask.sum())) < 1e-6
+    seeded = build_batch(Workload(batch_size=8), 1000)
+    assert abs(float((seeded.advantages * seeded.response_mask).sum() / seeded.response_mask.sum())) > 0.1
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"advantages": "group_normalized"}, "needs group_size"),
+    ({"advantages": "group_normalized", "group_size": 3}, "not divisible by group_size"),
+    ({"group_size": 2}, "group_normalized only"),
+    ({"advantages": "group_normalized", "group_size": 1}, "greater than or equal to 2"),
+])
+def test_group_size_is_validated(kwargs, message):
+    with pytest.raises(ValidationError, match=message):
+        Workload(batch_size=4, **kwargs)

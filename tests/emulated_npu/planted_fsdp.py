@@ -1,4 +1,4 @@
-"""A planted MindSpeed FSDP defect for the read-back test (its own module: importing planted.py builds the Megatron
+"""Planted MindSpeed FSDP defects for the read-back tests (its own module: importing planted.py builds the Megatron
 engine, which imports MindSpeed's megatron adaptor, and a tree with mindspeed/fsdp (master) does not pair with the
 lane's megatron-core): the REAL MindSpeed FSDP, with the function that applies the prefetch plan to the wrapped
 layers (mindspeed/fsdp/distributed/fully_shard_parallel/fully_shard_parallel.py `set_modules_to_prefetch`, which
@@ -11,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from parity.engines.mindspeed_fsdp import MindSpeedFSDPEngine
+import torch
+
+from parity.engines.mindspeed_fsdp import MindSpeedFSDPEngine, plan_fsdp
+from parity.harness.contract.engine import TORCH_DTYPES
 
 #: the fsdp_kwarg the planted MindSpeed FSDP ignores
 IGNORED_FSDP = "num_to_forward_prefetch"
@@ -29,3 +32,28 @@ class FSDPIgnoresOneKwargEngine(MindSpeedFSDPEngine):
             ignoring.planted = True  # type: ignore[attr-defined]
             fsp.set_modules_to_prefetch = ignoring
         super().setup()
+
+
+class FSDPExpertsAtDtypeEngine(MindSpeedFSDPEngine):
+    """The REAL MindSpeed FSDP with its expert FSDP policy's param_dtype set here: MindSpeed hard-codes bf16
+    (mindspeed/fsdp/distributed/expert_parallel/expert_fully_shard_parallel.py, master 028de58c line 17,
+    `MixedPrecisionPolicy(param_dtype=torch.bfloat16, ...)`, looked up as a module global at call time).
+    EXPERT_DTYPE None = the plan's param_dtype (the clean twin: a MindSpeed whose experts follow fsdp_plan);
+    a dtype = that one whatever the tree does (the planted defect, as master behaves)."""
+
+    EXPERT_DTYPE: torch.dtype | None = None
+
+    def setup(self) -> None:
+        from mindspeed.fsdp.distributed.expert_parallel import expert_fully_shard_parallel as efsp
+
+        dtype = self.EXPERT_DTYPE or TORCH_DTYPES[plan_fsdp(self.ctx.scenario).config["fsdp_plan"]["param_dtype"]]
+        real = efsp.MixedPrecisionPolicy
+        efsp.MixedPrecisionPolicy = lambda **kw: real(**{**kw, "param_dtype": dtype})
+        try:
+            super().setup()
+        finally:
+            efsp.MixedPrecisionPolicy = real
+
+
+class FSDPExpertsInBF16Engine(FSDPExpertsAtDtypeEngine):
+    EXPERT_DTYPE = torch.bfloat16

@@ -126,29 +126,55 @@ def test_a_padding_mask_with_causal_sparse_mode_breaks_the_fused_attention_contr
 
 
 PLANTED_FSDP = """
-description: planted MindSpeed FSDP defect (tests/emulated_npu/test_lane.py)
+description: planted MindSpeed FSDP defects (tests/emulated_npu/test_lane.py)
 defaults: {{device: cpu, dtype: fp32, timeout: 300, model: tiny-qwen3, layout: {{dp: 2}},
             workload: {{batch_size: 4, prompt_len: 16, response_len: 16, steps: 1}}}}
 matrix:
   - {{strategy: mindspeed_fsdp, fsdp_kwargs: {{{key}: 1}}, name: clean}}
   - {{engine: "tests.emulated_npu.planted_fsdp:FSDPIgnoresOneKwargEngine", fsdp_kwargs: {{{key}: 1}}, name: ignores}}
+  - {{engine: "tests.emulated_npu.planted_fsdp:FSDPExpertsAtDtypeEngine", model: tiny-mixtral,
+      layout: {{ep: 2, dp: 2}}, name: experts_fp32}}
+  - {{engine: "tests.emulated_npu.planted_fsdp:FSDPExpertsInBF16Engine", model: tiny-mixtral,
+      layout: {{ep: 2, dp: 2}}, name: experts_bf16}}
 """
 
 
-def test_an_fsdp_kwarg_mindspeed_ignores_fails_as_not_applied(source: Path,
-                                                               tmp_path: Path) -> None:
-    """MindSpeed FSDP taking a kwarg into its config and not applying it to the layers it wraps: the engine reads
-    the layers' FSDP state back, so the planted run FAILs naming the key; its clean twin PASSes."""
+@pytest.fixture(scope="module")
+def planted_fsdp(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     from tests.emulated_npu.planted_fsdp import IGNORED_FSDP
 
     if not (source / "mindspeed" / "fsdp").is_dir():
         pytest.skip(f"{source} has no mindspeed/fsdp (MindSpeed's FSDP engine is on its master branch)")
-    (tmp_path / "planted.yaml").write_text(textwrap.dedent(PLANTED_FSDP.format(key=IGNORED_FSDP)))
-    done = lane.run_harness(["-m", "parity.harness.cli", "run", str(tmp_path / "planted.yaml"), "--out",
-                             str(tmp_path / "out")], source)
-    found = {k.split("+")[-1]: v for k, v in lane.results(tmp_path / "out").items()}
-    assert set(found) == {"clean", "ignores"}, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    assert found["clean"]["verdict"] == "PASS", found["clean"]["reasons"]
-    assert found["ignores"]["verdict"] == "FAIL"
+    work = tmp_path_factory.mktemp("planted_fsdp")
+    (work / "planted.yaml").write_text(textwrap.dedent(PLANTED_FSDP.format(key=IGNORED_FSDP)))
+    done = lane.run_harness(["-m", "parity.harness.cli", "run", str(work / "planted.yaml"), "--out",
+                             str(work / "out")], source)
+    found = {k.split("+")[-1]: v for k, v in lane.results(work / "out").items()}
+    assert set(found) == {"clean", "ignores", "experts_fp32", "experts_bf16"}, \
+        f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return found
+
+
+def test_an_fsdp_kwarg_mindspeed_ignores_fails_as_not_applied(planted_fsdp: dict[str, dict[str, Any]]) -> None:
+    """MindSpeed FSDP taking a kwarg into its config and not applying it to the layers it wraps: the engine reads
+    the layers' FSDP state back, so the planted run FAILs naming the key; its clean twin PASSes."""
+    from tests.emulated_npu.planted_fsdp import IGNORED_FSDP
+
+    assert planted_fsdp["clean"]["verdict"] == "PASS", planted_fsdp["clean"]["reasons"]
+    assert planted_fsdp["ignores"]["verdict"] == "FAIL"
     assert any(f"fsdp_kwargs.{IGNORED_FSDP} requested 1, effective 0" in r and "not applied" in r
-               for r in found["ignores"]["reasons"]), found["ignores"]["reasons"]
+               for r in planted_fsdp["ignores"]["reasons"]), planted_fsdp["ignores"]["reasons"]
+
+
+def test_experts_computing_in_bf16_in_an_fp32_run_fail_as_such(planted_fsdp: dict[str, dict[str, Any]]) -> None:
+    """MindSpeed's expert FSDP policy hard-codes bf16 (what the tiny-mixtral ep2 row is marked broken for): the
+    engine reads every wrapped module's param_dtype back, so an fp32 run whose experts compute in bf16 FAILs
+    naming them; the twin whose experts follow fsdp_plan.param_dtype PASSes the strict fp32 limits."""
+    clean, planted = planted_fsdp["experts_fp32"], planted_fsdp["experts_bf16"]
+    assert clean["verdict"] == "PASS", clean["reasons"]
+    assert planted["verdict"] == "FAIL"
+    assert any(r.startswith("computed in fp32 in ") and "; bf16 in " in r and "mlp.experts" in r
+               for r in planted["reasons"]), planted["reasons"]
+    dtypes = planted["record"]["provenance"]["mindspeed"]["fsdp_param_dtypes"]
+    assert {name for name, dtype in dtypes.items() if dtype == "bf16"} == {
+        name for name in dtypes if name.endswith("mlp.experts")}, dtypes

@@ -224,6 +224,15 @@ def test_fsdp_kwargs_bad_values_name_the_key(key: str, value: Any) -> None:
         msf.plan_fsdp(scenario("mindspeed_fsdp", fsdp_kwargs={key: value}))
 
 
+def test_fsdp_compute_dtype_names_modules_that_compute_in_another_dtype() -> None:
+    """MindSpeed's expert FSDP hard-codes a bf16 policy: one wrapped module off the scenario's dtype must show."""
+    same = {"model": "fp32", "model.model.layers.0": "fp32", "model.model.layers.0.mlp.experts": "fp32"}
+    assert msf.compute_dtype(same, "bf16") == "fp32" and msf.compute_dtype({}, "fp16") == "fp16"
+    mixed = same | {"model.model.layers.0.mlp.experts": "bf16"}
+    assert msf.compute_dtype(mixed, "fp32") == ("fp32 in 2 FSDP modules (model, model.model.layers.0); "
+                                                "bf16 in 1 FSDP module (model.model.layers.0.mlp.experts)")
+
+
 # ---- requirements and imports -------------------------------------------------------------------------------
 def test_mindspeed_on_cpu_skips_naming_the_device_unless_emulated(monkeypatch: pytest.MonkeyPatch) -> None:
     from parity.harness.config import devices, validate

@@ -109,7 +109,7 @@ class Workload(_Strict):
     steps: int = Field(2, ge=1)
     """Optimizer steps after the first forward."""
     loss: Literal["grpo", "sft"] = "grpo"
-    """grpo: PPO-clip policy loss with seeded advantages (+ entropy bonus); sft: token cross-entropy."""
+    """grpo: PPO-clip policy loss on the batch's advantages (+ entropy bonus); sft: token cross-entropy."""
     clip_ratio: float = Field(0.2, gt=0)
     """PPO clip epsilon."""
     entropy_coeff: float = Field(0.01, ge=0)

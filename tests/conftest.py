@@ -8,9 +8,13 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from parity.harness.config.matrix import load_file
+from parity.harness.contract.schema import Scenario
+from parity.harness.judge.verdict import Verdict
 from parity.harness.runner import Runner, RunOptions
 
 pytest_plugins = ["pytester"]
@@ -34,10 +38,27 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("parity-cache")
 
 
+class SessionRunner(Runner):
+    """The Runner the tests share. A scenario identical field for field to one run earlier in the session returns
+    that run's verdict (its record stays under out_dir): a clean twin several tests judge runs once."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._verdicts: dict[str, Verdict] = {}
+
+    def run_scenario(self, scenario: Scenario) -> Verdict:
+        key = scenario.model_dump_json(exclude={"marks", "source"})
+        if key not in self._verdicts:
+            self._verdicts[key] = super().run_scenario(scenario)
+        return self._verdicts[key]
+
+
 @pytest.fixture(scope="session")
 def runner(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Runner:
-    """A Runner shared by the tests that launch real engines (references are computed once)."""
-    return Runner(RunOptions(out_dir=tmp_path_factory.mktemp("parity-out"), cache_dir=cache_dir))
+    """A Runner shared by the tests that launch real engines (references are computed once). It plans with the
+    default matrix, so its forkserver preloads every CPU engine and tiny model once, not per rank."""
+    return SessionRunner(RunOptions(out_dir=tmp_path_factory.mktemp("parity-out"), cache_dir=cache_dir),
+                         load_file(REPO / "scenarios" / "cpu.yaml"))
 
 
 @pytest.fixture

@@ -298,22 +298,29 @@ class _MindSpeedMegatronMixin:
         return {**applied, "mcore_kwargs": mcore} if mcore else applied
 
     def built_attention(self) -> dict[str, Any]:
-        """The core-attention classes MindSpeed's patches instantiated in this rank's model, and the CP
-        algorithm and mask type the config they hold carries (what their forward reads)."""
+        """The core-attention and QKV-linear classes (the latter module-qualified: a MindSpeed class there = the TE
+        spec's stand-in) MindSpeed's patches instantiated in this rank's model, the CP algorithm and mask type the
+        config they hold carries (what their forward reads), and the class MindSpeed put behind Megatron's
+        `TEDotProductAttention` name (`te_attention`: which class differs by MindSpeed branch)."""
+        import sys
+
         import torch
 
-        classes, algos, masks = set(), set(), set()
+        classes, qkv, algos, masks = set(), set(), set(), set()
         for chunk in getattr(self, "model", []):
             for module in chunk.modules():
                 core = getattr(module, "core_attention", None)
                 # Megatron's (Self)Attention holds the core attention; MindSpeed's TE stand-in nests its own
                 if hasattr(module, "linear_qkv") and isinstance(core, torch.nn.Module):
                     classes.add(type(core).__qualname__)
+                    qkv.add(f"{type(module.linear_qkv).__module__}.{type(module.linear_qkv).__qualname__}")
                     held = getattr(core, "config", None)
                     algos.add(getattr(held, "context_parallel_algo", None))
                     masks.add(getattr(held, "attention_mask_type", None))
-        return {"core_attention": sorted(classes), "context_parallel_algo": sorted(map(str, algos)),
-                "attention_mask_type": sorted(map(str, masks))}
+        te = getattr(sys.modules.get("megatron.core.extensions.transformer_engine"), "TEDotProductAttention", None)
+        return {"core_attention": sorted(classes), "linear_qkv": sorted(qkv),
+                "te_attention": f"{te.__module__}.{te.__qualname__}" if isinstance(te, type) else None,
+                "context_parallel_algo": sorted(map(str, algos)), "attention_mask_type": sorted(map(str, masks))}
 
     def _verify_context_parallel(self) -> None:
         """Fail loudly where CP used to stay 1 silently: Megatron's CP group and MindSpeed's ring groups."""

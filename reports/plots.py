@@ -45,14 +45,14 @@ def scenario_figure(result: dict[str, Any]) -> str | None:
             ax.set_xlabel("step")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.legend(fontsize=7)
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=9, y=1.0)  # a fixed y skips a tight-bbox pass per axes
     _histogram(axes[2], hist)
     fig.subplots_adjust(left=0.06, right=0.99, bottom=0.18, top=0.9, wspace=0.3)
     return _png(fig)
 
 
 def _histogram(ax: Any, hist: dict[str, Any] | None) -> None:
-    ax.set_title("per-token |Δ log-prob| vs reference", fontsize=9)
+    ax.set_title("per-token |Δ log-prob| vs reference", fontsize=9, y=1.0)
     if not hist:
         return
     edges = hist["edges"]
@@ -74,7 +74,7 @@ def layouts_figure(model: str, dtype: str, values: dict[str, float]) -> str:
     ax.bar(range(len(labels)), heights, color=CANDIDATE)
     ax.set_yscale("log")
     ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
-    ax.set_title(f"{model} {dtype}: max |Δ log-prob| by strategy / layout", fontsize=9)
+    ax.set_title(f"{model} {dtype}: max |Δ log-prob| by strategy / layout", fontsize=9, y=1.0)
     fig.subplots_adjust(bottom=0.45, top=0.88)
     return _png(fig)
 
@@ -89,7 +89,7 @@ def trend_figure(run_id: str, labels: list[str], series: dict[str, list[float | 
         ax.plot(xs, [series[name][i] for i in xs], "o-", color=CANDIDATE, markersize=3)
         if name in flagged:
             ax.plot([flagged[name]], [series[name][flagged[name]]], "o", color="red", markersize=7)
-        ax.set_title(name, fontsize=8)
+        ax.set_title(name, fontsize=8, y=1.0)
         ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=6)
     fig.suptitle(run_id, fontsize=8)
     fig.subplots_adjust(bottom=0.35, top=0.8, wspace=0.35)

@@ -58,6 +58,11 @@ class ParitySession:
         # pytest-xdist: each worker writes its own shard (OUT/gw0, ...); the controller merges them at the end
         self.worker = os.environ.get("PYTEST_XDIST_WORKER")
         self.options = replace(options, out_dir=options.out_dir / self.worker) if self.worker else options
+        self.controller = not self.worker and config.getoption("dist", default="no") != "no"
+        """The xdist controller: merges this session's worker shards, and first removes those of earlier runs."""
+        if self.controller:
+            for stale in self.out_dir.glob("gw*"):
+                shutil.rmtree(stale, ignore_errors=True)
         self.scenarios: list[Scenario] = []
         self.results: list[dict[str, Any]] = []
         self._runner: Runner | None = None
@@ -106,7 +111,8 @@ class ParitySession:
 
         if self.worker:
             return
-        shards = sorted(p for p in self.out_dir.glob("gw*") if (p / results_file.RESULTS).is_file())
+        shards = sorted(p for p in self.out_dir.glob("gw*") if (p / results_file.RESULTS).is_file()) \
+            if self.controller else []
         merged = self.results or (results_file.load(shards) if shards else [])
         if not merged:
             return

@@ -61,3 +61,16 @@ def test_k_selects_ids_and_bad_files_are_collection_errors(pytester, cache_dir):
     bad = pytester.runpytest_subprocess("--collect-only", "-q")
     bad.stdout.fnmatch_lines(["*unknown strategy 'fsdp3' (did you mean 'fsdp2'?)*"])
     assert "Traceback" not in bad.stdout.str()
+
+
+def test_a_session_without_xdist_never_publishes_worker_shards_left_by_an_earlier_run(pytester):
+    """OUT/gw0 ... belong to the xdist run that wrote them: a later plain session over the same --parity-out (here
+    one without scenarios) must not print or write their rows as its own."""
+    stale = pytester.path / "out" / "gw0"
+    stale.mkdir(parents=True)
+    (stale / "results.jsonl").write_text('{"id": "stale/from/an/earlier/run", "verdict": "FAIL", "reasons": []}\n')
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--parity-out=out", "test_plain.py")
+    result.assert_outcomes(passed=1)
+    assert "stale/from/an/earlier/run" not in result.stdout.str()
+    assert not (pytester.path / "out" / "summary.md").exists()

@@ -184,7 +184,8 @@ class ForkedLauncher:
         from multiprocessing import forkserver, resource_tracker
 
         for server in (forkserver._forkserver, resource_tracker._resource_tracker):
-            with contextlib.suppress(AttributeError, OSError, ChildProcessError):
+            # TypeError: a tracker whose start failed half-way keeps its fd but no pid (waitpid(None))
+            with contextlib.suppress(AttributeError, OSError, ChildProcessError, TypeError):
                 server._stop()
 
     def launch(self, job: RunJob, world_size: int, timeout_s: float) -> LaunchResult:

@@ -4,7 +4,6 @@
 # PARITY_TORCH_INDEX_URL (optional): where to take torch from. GitHub-hosted runners set it to
 # https://download.pytorch.org/whl/cpu, because plain PyPI would give the multi-GB CUDA build; unset, pip uses its
 # own configuration (on the project's CI machines the CPU wheel lies on local disk).
-# --no-compile: byte-compiling every installed file is ~40 of the ~90 CPU seconds; imports compile what they use
 set -euo pipefail
 venv=${1:?usage: ci/install_cpu.sh VENV_DIR}
 cd "$(dirname "$0")/.."
@@ -16,6 +15,6 @@ torch_source=()
 if [ -n "${PARITY_TORCH_INDEX_URL:-}" ]; then
   torch_source=(--index-url "$PARITY_TORCH_INDEX_URL")
 fi
-pip install --no-compile --progress-bar off torch==2.13.0 "${torch_source[@]}"
-pip install --no-compile --progress-bar off -e ".[dev,megatron]" -c ci/constraints-cpu.txt
+pip install --progress-bar off torch==2.13.0 "${torch_source[@]}"
+pip install --progress-bar off -e ".[dev,megatron]" -c ci/constraints-cpu.txt
 python -c 'import sys, torch; print("torch", torch.__version__, "installed in", sys.prefix)'

@@ -56,6 +56,7 @@ def run_ci(log: Path) -> tuple[str, int, int]:
         for line in proc.stdout:
             sys.stdout.write(line)
             sink.write(line)
+            sink.flush()
         code = proc.wait()
     return log.read_text(), round(time.monotonic() - started), code
 

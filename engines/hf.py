@@ -2,8 +2,9 @@
 
 Low precision comes in two recipes (engine_kwargs `precision`), because parallel engines differ in which one
 they follow and the three-way lane must compare like with like:
-- `autocast` (default): fp32 weights, bf16/fp16 compute — FSDP2's MixedPrecisionPolicy recipe.
-- `master_weights`: the model's weights in bf16/fp16, fp32 master copies in the optimizer — Megatron's and
+- `autocast` (default): fp32 weights, bf16/fp16 compute at the autocast ops — HF Trainer / Accelerate's recipe.
+- `master_weights`: the model's weights in bf16/fp16, fp32 master copies in the optimizer — FSDP2's
+  MixedPrecisionPolicy(param_dtype=bf16) (it casts the fp32 sharded parameters to bf16 for compute), Megatron's and
   MindSpeed's recipe, where an Adam update below half a ulp of the low-precision weight is lost.
 """
 

@@ -15,6 +15,7 @@ class TokenDiff:
 
     max_abs: float
     mean_abs: float
+    median_abs: float
     p99_abs: float
     kl_k3: float
     """Mean k3 estimate of KL(candidate || reference): exp(r) - r - 1 with r = ref - cand (Schulman)."""
@@ -31,7 +32,7 @@ def token_diff(candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Ten
     diff = (cand - ref).abs()
     log_ratio = ref - cand
     k3 = torch.exp(log_ratio) - log_ratio - 1
-    return TokenDiff(max_abs=float(diff.max()), mean_abs=float(diff.mean()),
+    return TokenDiff(max_abs=float(diff.max()), mean_abs=float(diff.mean()), median_abs=float(diff.median()),
                      p99_abs=float(torch.quantile(diff, 0.99)), kl_k3=float(k3.mean()), tokens=int(cand.numel()))
 
 

@@ -17,8 +17,16 @@ class Limits:
     grad_norm_rel: float
     loss_atol: float
     grad_norm_atol: float
-    ratio_mean: float
-    ratio_max: float
+    ratio_median: float
+    """Three-way lane: limit on candidate-error / baseline-error for the median |Δ| of log-probs and entropy. The
+    median, because a top-k routing flip moves the few tokens behind it far more than rounding does: the mean then
+    measures how many tokens flipped in this run (clean MoE runs reached 4.85x the baseline's mean error, 18.5x its
+    max; the median 3.14, docs/tolerances.md)."""
+    ratio_mean: float | None = None
+    """The same for mean |Δ|, opt-in (see ratio_median)."""
+    ratio_max: float | None = None
+    """The same for max |Δ|, opt-in: a max is one draw, and a ratio of two single draws is heavy-tailed (clean
+    bf16 runs reached 18.5)."""
     logprob_max_abs_min: float = 0.0
     """LOWER bound on the before-training log-prob max |Δ| vs fp32: below it the engine did not compute in this
     dtype (0 = no bound)."""
@@ -27,6 +35,24 @@ class Limits:
     group_grad_norm_atol: float = 1e-6
     """atol of the same check as a FRACTION of the reference's global grad norm at that step, so a group with
     almost no gradient (a norm weight of a layer the loss barely reaches) does not turn rounding into a FAIL."""
+    loss_rel_updated: float | None = None
+    """rtol of the loss check at steps after the first optimizer update (None = loss_rel): a low-precision run
+    rounds the update itself, so from step 2 on its loss and grad norm carry that rounding too."""
+    loss_atol_updated: float | None = None
+    grad_norm_rel_updated: float | None = None
+    grad_norm_atol_updated: float | None = None
+
+    def step_tolerance(self, name: str, step: int) -> tuple[float, float]:
+        """(rtol, atol) of the per-step `loss` or `grad_norm` check at `step` (1-based)."""
+        rtol, atol = getattr(self, f"{name}_rel"), getattr(self, f"{name}_atol")
+        if step > 1:
+            rtol = _given(getattr(self, f"{name}_rel_updated"), rtol)
+            atol = _given(getattr(self, f"{name}_atol_updated"), atol)
+        return rtol, atol
+
+
+def _given(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 # per-group pre-clip grad norms, fp32: worst clean relative difference over the default matrix in
@@ -36,31 +62,31 @@ GROUP_RTOL_FP32 = 1e-4
 # 2.4e-6 max / 6.3e-7 mean |dlogp|, 4.2e-7 loss and 4.1e-7 grad-norm relative difference. Limits sit 8-120x above
 # the worst clean run and >= 490x below the smallest injected fault (docs/tolerances.md).
 FP32 = Limits(logprob_max_abs=5e-5, logprob_mean_abs=5e-6, logprob_p99_abs=2e-5, kl_k3=1e-9,
-              loss_rel=2e-5, grad_norm_rel=5e-5, loss_atol=1e-6, grad_norm_atol=1e-6, ratio_mean=2.0, ratio_max=10.0,
+              loss_rel=2e-5, grad_norm_rel=5e-5, loss_atol=1e-6, grad_norm_atol=1e-6, ratio_median=3.0,
               group_grad_norm_rel=GROUP_RTOL_FP32)
 # atol: a GRPO step-1 loss is a sum of +-advantage terms that can cancel to ~1e-5 (workload seeds in
 # benchmarks/seed_scan.py); the fp32 error of such a loss is absolute (~1e-8), so a purely relative check FAILed
 # clean runs at rel 1e-4..1.3e-3. 1e-6 sits well above every clean absolute error measured and far below the
 # smallest loss fault (docs/tolerances.md).
-# bf16/fp16 candidate vs the fp32 reference when no baseline is named (the coarse absolute lane). The bar is
-# what a correct bf16 implementation reaches: the hf engine in bf16 measured up to 0.24 max |dlogp|, 0.013 mean,
-# 0.16 p99, 6.6e-4 KL, 3.2e-3 loss and 2.7e-2 grad-norm relative difference on the tiny models. This lane
-# catches gross defects (a shifted mask: 0.4 mean |dlogp|) but not subtle ones; use `baseline: hf`.
-LOW_PRECISION = Limits(logprob_max_abs=0.5, logprob_mean_abs=0.03, logprob_p99_abs=0.3, kl_k3=2e-3,
-                       loss_rel=2e-2, grad_norm_rel=0.1, loss_atol=2e-3, grad_norm_atol=2e-3, ratio_mean=2.0,
-                       ratio_max=10.0)
-# Lower bounds: every clean bf16 forward measured 1.0e-2 .. 0.13 max |dlogp| before training (hf autocast and
-# master weights, fsdp2, megatron; 5 tiny models), an fp32 one ~1e-6; 1e-3 sits 10x below the first and 1000x above
-# the second. fp16's unit roundoff is 8x smaller than bf16's, so its bound is 8x lower (not measured on CPU).
+# bf16/fp16 candidate vs the fp32 reference: the absolute bar, in the three-way lane too. Measured over 420 clean
+# runs (the 7 bf16 rows of scenarios/cpu.yaml x workload seeds 1..30 and 101..130, benchmarks/seed_scan.py): worst
+# log-prob max |Δ| 0.88, p99 0.60, mean 0.073, KL 0.0107 (tiny-mixtral: top-k routing flips move whole tokens, a
+# heavy tail), step-1 loss rel 7e-5 and pre-clip grad norm rel 0.047; after the first update the weights carry
+# bf16's rounding of it, so steps >= 2 reached loss rel 0.28 (|Δ| 0.015) and grad norm rel 0.32. Limits sit
+# 1.3-1.9x above the worst; seeds 131..150 (140 runs, not used to set them) are the check. The sensitive check of
+# the lane is the median ratio (docs/tolerances.md, "The bf16 lane over seeds").
+LOW_PRECISION = Limits(logprob_max_abs=1.5, logprob_mean_abs=0.12, logprob_p99_abs=1.0, kl_k3=0.02,
+                       loss_rel=2e-2, grad_norm_rel=0.1, loss_atol=2e-3, grad_norm_atol=2e-3, ratio_median=4.0,
+                       loss_rel_updated=0.2, loss_atol_updated=1e-2, grad_norm_rel_updated=0.5)
+# Lower bounds: every clean bf16 forward measured 8.7e-3 .. 0.66 max |dlogp| before training (the 420 runs above;
+# hf autocast and master weights, fsdp2, megatron; 5 tiny models), an fp32 one ~1e-6; 1e-3 sits 8.7x below the
+# first and 1000x above the second. fp16's unit roundoff is 8x smaller than bf16's, so its bound is 8x lower (not
+# measured on CPU).
 DEFAULTS = {"fp32": FP32, "bf16": replace(LOW_PRECISION, logprob_max_abs_min=1e-3),
             "fp16": replace(LOW_PRECISION, logprob_max_abs_min=1.25e-4)}
 
-#: below these, a baseline error counts as this much (so a near-exact baseline does not inflate ratios).
-#: Relative metrics (loss, pre-clip grad norm): 1e-3, a quarter of bf16's unit roundoff (2^-8 = 3.9e-3). A
-#: baseline that lands closer than that to fp32 on a step got lucky, it is not a bar: tiny-qwen3-moe fsdp2 dp2
-#: bf16 measured a step-1 grad-norm error of 1.2e-3 against a baseline error below 1e-4 (ratio 12 with a 1e-4
-#: floor) while its other 11 ratios sit below 1.6; whether megatron.core was imported in the forkserver changed
-#: which side of 1e-4 the baseline landed on.
+#: below this, a baseline's log-prob / entropy error counts as this much (a near-exact baseline must not turn
+#: noise into a huge ratio).
 RATIO_FLOOR_ABS = 1e-4
 RATIO_FLOOR_REL = 1e-3
 

@@ -1,0 +1,69 @@
+"""Benchmark: judge the clean runs a seed scan kept (`seed_scan.py --keep DIR --cache-dir CACHE`) again, with the
+limits and checks of the code as it is now, without running anything.
+
+How a limit or a new check is calibrated: scan once (minutes per seed), then re-judge as often as needed
+(seconds). Prints the false FAILs (every kept run is clean: must be 0) and, per check, the worst observed ÷ limit
+over all runs with the run it came from; asserts nothing.
+
+    python benchmarks/rejudge.py --matrix scenarios/cpu.yaml -k bf16 --keep DIR --cache-dir CACHE
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from seed_scan import matrix_rows  # benchmarks/ is on sys.path when run as a script
+
+from parity.harness.judge.reference import baseline_scenario
+from parity.harness.judge.verdict import judge
+from parity.harness.options import RunOptions
+from parity.harness.run.records import RunRecord
+from parity.harness.runner import Runner, slug
+
+
+def check_key(check) -> str:
+    return check.metric + (f" @step{check.step}" if check.step else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--matrix", type=Path, required=True)
+    parser.add_argument("-k", default=None)
+    parser.add_argument("--keep", type=Path, required=True, help="the --keep DIR of seed_scan.py")
+    parser.add_argument("--cache-dir", type=Path, required=True, help="the --cache-dir of seed_scan.py")
+    parser.add_argument("--top", type=int, default=25, help="checks to list, nearest their limit first")
+    args = parser.parse_args()
+    runner = Runner(RunOptions(out_dir=args.keep, cache_dir=args.cache_dir))
+    worst: dict[str, tuple[float, str]] = defaultdict(lambda: (0.0, ""))
+    runs, fails = 0, []
+    for seed_dir in sorted(args.keep.glob("seed*"), key=lambda p: int(re.sub(r"\D", "", p.name))):
+        seed = int(seed_dir.name.removeprefix("seed"))
+        for scenario in matrix_rows(args.matrix, args.k, seed):
+            record_dir = seed_dir / slug(scenario.id)
+            if not (record_dir / "record.json").is_file():
+                continue
+            reference = runner._reference(scenario)
+            base = baseline_scenario(scenario)
+            baseline = runner._cached(base, "baseline") if base is not None else None
+            verdict = judge(scenario, RunRecord.load(record_dir), reference, baseline)
+            runs += 1
+            if verdict.status != "PASS":
+                fails.append(f"seed {seed} {scenario.id}: {verdict.reasons[:3]}")
+            for check in verdict.checks:
+                share = check.observed / check.limit if check.limit else (math.inf if check.observed else 0.0)
+                if not math.isfinite(share) or share > worst[check_key(check)][0]:
+                    worst[check_key(check)] = (share, f"seed {seed} {scenario.id}")
+    print(f"{runs} clean runs judged again, {len(fails)} not PASS (false FAILs: must be 0)")
+    for line in fails:
+        print("  " + line)
+    print("\nworst observed / limit per check:")
+    for name, (share, where) in sorted(worst.items(), key=lambda kv: -kv[1][0])[:args.top]:
+        print(f"  {share:6.3f}  {name:<58} {where}")
+
+
+if __name__ == "__main__":
+    main()

@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from parity.harness.config.errors import ScenarioError
-from parity.harness.runner import RunOptions
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    out_dir: Path = Path("parity-out")
+    cache_dir: Path = Path(".parity-cache")
+    launcher: Literal["forked", "torchrun"] = "forked"
+    node_rank: int | None = None
+    """Multi-node: the node this process launches (None = every node, on this host). Only node 0 judges."""
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+    """Rendezvous port all nodes agree on (required with node_rank; a free port otherwise)."""
+    history: tuple[Path, ...] = ()
+    """Earlier runs' out dirs that perf gates (a scenario's `perf:`) compare with."""
+
+    @property
+    def judges(self) -> bool:
+        return self.node_rank in (None, 0)
+
 
 OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("device", {"choices": ["cpu", "cuda", "npu"], "default": None,

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -25,10 +25,12 @@ from parity.harness.config.selection import with_device
 from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import check_environment, check_scenario, skip_reason
 from parity.harness.contract.schema import Scenario
-from parity.harness.judge.verdict import Verdict, failed
 from parity.harness.options import add_options, run_options
 from parity.harness.run.launch import Interrupted
-from parity.harness.runner import Runner
+
+if TYPE_CHECKING:  # the runner and the judge import torch: only a session that runs a scenario pays for it
+    from parity.harness.judge.verdict import Verdict
+    from parity.harness.runner import Runner
 
 MARKERS = {
     "nightly": "scenario runs in the nightly matrix",
@@ -69,7 +71,10 @@ class ParitySession:
         self._started = time.perf_counter()
 
     def run(self, scenario: Scenario) -> Verdict:
+        from parity.harness.judge.verdict import failed
+
         if self._runner is None:
+            from parity.harness.runner import Runner
             from parity.reports import results as results_file
 
             results_file.reset(self.options.out_dir)

@@ -10,15 +10,15 @@ import datetime as dt
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 from parity.harness.config import devices
 from parity.harness.config.errors import ScenarioError
-from parity.harness.config.registry import preload_modules, spec_for
+from parity.harness.config.registry import preload_excludes, preload_modules, spec_for
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
+from parity.harness.contract.spec import EngineSpec
 from parity.harness.judge import drift
 from parity.harness.judge.reference import (
     baseline_scenario,
@@ -29,29 +29,12 @@ from parity.harness.judge.reference import (
     run_identity,
 )
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, skipped
+from parity.harness.options import RunOptions
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
 from parity.harness.run.launch import ForkedLauncher, Interrupted, LaunchResult, TorchrunLauncher, interrupt_on_signals
 from parity.harness.run.records import RunRecord
 from parity.harness.run.worker import RunJob
 from parity.reports import results as results_file
-
-
-@dataclass(frozen=True, slots=True)
-class RunOptions:
-    out_dir: Path = Path("parity-out")
-    cache_dir: Path = Path(".parity-cache")
-    launcher: Literal["forked", "torchrun"] = "forked"
-    node_rank: int | None = None
-    """Multi-node: the node this process launches (None = every node, on this host). Only node 0 judges."""
-    master_addr: str = "127.0.0.1"
-    master_port: int | None = None
-    """Rendezvous port all nodes agree on (required with node_rank; a free port otherwise)."""
-    history: tuple[Path, ...] = ()
-    """Earlier runs' out dirs that perf gates (a scenario's `perf:`) compare with."""
-
-    @property
-    def judges(self) -> bool:
-        return self.node_rank in (None, 0)
 
 
 def slug(run_id: str) -> str:
@@ -249,14 +232,19 @@ class Runner:
 
     def _forked_launcher(self, scenario: Scenario) -> ForkedLauncher:
         if self._forked is None:
-            self._forked = ForkedLauncher(self.forkserver_preload(scenario))
+            specs, _ = self._planned_here(scenario)
+            self._forked = ForkedLauncher(self.forkserver_preload(scenario), sorted(preload_excludes(specs)))
         return self._forked
+
+    def _planned_here(self, scenario: Scenario) -> tuple[list[EngineSpec], list[str]]:
+        """Engine specs and models of the planned scenarios that can run here, plus this one."""
+        runnable = [*(s for s in self._planned if skip_reason(s) is None), scenario]
+        specs = list({spec.name: spec for spec in map(spec_for, runnable)}.values())
+        return specs, list(dict.fromkeys(s.model for s in runnable))
 
     def forkserver_preload(self, scenario: Scenario) -> list[str]:
         """What the warm forkserver imports for the planned scenarios that can run here (plus this one): a skipped
         MindSpeed row would otherwise keep megatron out, and every Megatron rank would import it (~3 s)."""
-        runnable = [*(s for s in self._planned if skip_reason(s) is None), scenario]
-        specs = list({spec.name: spec for spec in map(spec_for, runnable)}.values())
-        models = list(dict.fromkeys(s.model for s in runnable))
+        specs, models = self._planned_here(scenario)
         return ["parity.harness.run.rank_warnings", "torch", "parity.harness.run.worker",
                 *preload_modules(specs, models)]

@@ -91,13 +91,18 @@ def check_environment(spec: EngineSpec) -> str | None:
     return _import(spec.environment_check)()
 
 
+def preload_excludes(specs: list[EngineSpec]) -> set[str]:
+    """Top-level modules no planned engine may find imported already (MindSpeed patches megatron first)."""
+    return {top for spec in specs for top in spec.preload_excludes}
+
+
 def preload_modules(specs: list[EngineSpec], models: Iterable[str] = ()) -> list[str]:
     """Modules the forkserver imports once for these engines. A spec whose preload touches a module another
     planned engine must import itself first (MindSpeed patches megatron before megatron is imported) is left
     out whole; so is one whose requirements are missing here. Where transformers is preloaded and no planned
     engine patches while loading, the planned models' modeling modules come too (importing them costs each rank
     ~2 s of a tiny scenario's ~5; a module that does not import is skipped by the forkserver)."""
-    excluded = {top for spec in specs for top in spec.preload_excludes}
+    excluded = preload_excludes(specs)
     modules: list[str] = []
     for spec in specs:
         if spec.missing() or any(m.split(".")[0] in excluded for m in spec.preload):

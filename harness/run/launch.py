@@ -169,14 +169,47 @@ def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: 
     exit_after(failure_marker(job.record_dir, rank), run_rank, job, rank, world_size, rank, store)
 
 
+#: (pid, modules) of the forkserver this process started last. multiprocessing keeps ONE forkserver per process,
+#: started with whatever preload was set last, so each launch checks that the running one suits it.
+_server: tuple[int, tuple[str, ...]] | None = None
+
+
+def _ensure_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> None:
+    """A running forkserver that imported every module of `preload` and no module under a top-level name in
+    `exclude`. One that does not (started by another launcher of this process, e.g. for hf rows only after an
+    in-process `parity run` closed the first server, or one holding megatron when MindSpeed must patch it first)
+    is restarted with `preload`: otherwise every Megatron rank imports megatron.core itself (~3 s a rank)."""
+    global _server
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    running = server._forkserver_pid
+    if running is not None and _server is not None and _server[0] == running:
+        held = set(_server[1])
+        if set(preload) <= held and not any(m.split(".")[0] in exclude for m in held):
+            server.ensure_running()  # restarts it (with its own preload, set below) if it died meanwhile
+            if server._forkserver_pid == running:
+                return
+    if running is not None:
+        with contextlib.suppress(OSError, ChildProcessError):
+            server._stop()
+        server._forkserver_pid = None
+    server.set_forkserver_preload(list(preload))
+    server.ensure_running()
+    _server = (server._forkserver_pid, tuple(preload))
+
+
 class ForkedLauncher:
     """Ranks forked from one warm forkserver per harness process."""
 
-    def __init__(self, preload: Sequence[str] = ("torch", "parity.harness.run.worker")) -> None:
+    def __init__(self, preload: Sequence[str] = ("torch", "parity.harness.run.worker"),
+                 exclude: Sequence[str] = ()) -> None:
         # ranks leave through os._exit, so the resource tracker would warn about semaphores it still tracks
         os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
         self._mp = multiprocessing.get_context("forkserver")
-        self._mp.set_forkserver_preload(list(preload))
+        self.preload = tuple(preload)
+        self.exclude = tuple(exclude)
+        """Top-level modules the forkserver must not have imported (an engine patches them before import)."""
 
     def close(self) -> None:
         """Stop the forkserver and the resource tracker it started (both outlive the harness otherwise when it is
@@ -192,6 +225,7 @@ class ForkedLauncher:
         import torch.distributed as dist
 
         record_dir = _fresh_record_dir(job)
+        _ensure_forkserver(self.preload, self.exclude)
         started = time.perf_counter()
         store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
                               timeout=timedelta(seconds=timeout_s))

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from parity.harness.cli import main
+from tests.conftest import REPO
 
 MIXED = """
 defaults: {device: cpu, model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}}
@@ -35,8 +36,9 @@ def _alive(pid: int) -> bool:
 def test_crash_and_hang_are_contained(write_yaml, tmp_path, cache_dir):
     path = write_yaml(MIXED)
     out = tmp_path / "out"
-    result = run_cli("run", str(path), "--out", str(out), "--cache-dir", str(cache_dir))
-    assert result.returncode == 1, result.stdout + result.stderr
+    # `parity run` in-process, on the session's warm forkserver (a fresh interpreter costs ~8 s; the CLI as a
+    # process is tested by test_cli, test_bad_input and test_signals)
+    assert main(["run", str(path), "--out", str(out), "--cache-dir", str(cache_dir)]) == 1
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     verdicts = {r["id"]: r for r in lines}
     assert len(lines) == 4
@@ -65,9 +67,8 @@ def test_forked_launcher_kills_hung_ranks(runner, write_yaml):
 
 def test_torchrun_launcher_single_node(write_yaml, tmp_path, cache_dir):
     path = write_yaml("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}, timeout: 120}\n")
-    result = run_cli("run", str(path), "--out", str(tmp_path / "out"), "--cache-dir", str(cache_dir),
-                     "--launcher", "torchrun")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--cache-dir", str(cache_dir),
+                 "--launcher", "torchrun"]) == 0
     record = json.loads(next((tmp_path / "out" / "records").glob("*/record.json")).read_text())
     assert record["provenance"]["launcher"] == "torchrun"
 
@@ -80,15 +81,58 @@ def test_two_nodes_on_loopback(write_yaml, tmp_path, cache_dir):
     path = write_yaml("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2, nodes: 2}, timeout: 120}\n")
     port = str(free_port())
     common = ["--cache-dir", str(cache_dir), "--master-addr", "127.0.0.1", "--master-port", port]
-    node1 = subprocess.Popen([sys.executable, "-m", "parity.harness.cli", "run", str(path), "--out",
-                              str(tmp_path / "n1"), "--node-rank", "1", *common], cwd=REPO, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
-    node0 = run_cli("run", str(path), "--out", str(tmp_path / "n0"), "--node-rank", "0", *common)
-    out1, _ = node1.communicate(timeout=180)
-    assert node0.returncode == 0, node0.stdout + node0.stderr
-    assert node1.returncode == 0, out1
+    log1 = tmp_path / "node1.log"
+    with log1.open("w") as sink:  # node 0 runs in-process below: a pipe nobody reads could fill and stall node 1
+        node1 = subprocess.Popen([sys.executable, "-m", "parity.harness.cli", "run", str(path), "--out",
+                                  str(tmp_path / "n1"), "--node-rank", "1", *common], cwd=REPO, stdout=sink,
+                                 stderr=subprocess.STDOUT, env=dict(os.environ))
+    try:
+        node0 = main(["run", str(path), "--out", str(tmp_path / "n0"), "--node-rank", "0", *common])
+        node1.wait(timeout=180)
+    finally:
+        if node1.poll() is None:
+            node1.kill()
+    assert node0 == 0
+    assert node1.returncode == 0, log1.read_text()
     result0 = json.loads((tmp_path / "n0" / "results.jsonl").read_text())
     result1 = json.loads((tmp_path / "n1" / "results.jsonl").read_text())
     assert result0["verdict"] == "PASS" and result0["id"] == "tiny-qwen3/fsdp2/dp2-2nodes/fp32/cpu"
     assert result1["verdict"] == "SKIP" and "node 0 compares and reports" in result1["reasons"][0]
     assert result0["metrics"]["logprob_max_abs"] < 5e-5
+
+
+FORKSERVER_PROBE = """
+from multiprocessing import forkserver
+from parity.harness.run.launch import _ensure_forkserver
+
+import time
+
+def server():
+    pid = forkserver._forkserver._forkserver_pid
+    for _ in range(500):  # /proc/PID/cmdline reads empty until the spawned server has exec'd
+        if "forkserver" in (cmdline := open(f"/proc/{pid}/cmdline").read()):
+            return pid, cmdline
+        time.sleep(0.01)
+    raise AssertionError(f"forkserver {pid} never started")
+
+_ensure_forkserver(["json"]); first = server()
+_ensure_forkserver(["json"]); assert server() == first, "a server with what it needs is reused"
+forkserver._forkserver._stop()  # what an in-process `parity run` does when it ends
+forkserver._forkserver.set_forkserver_preload(["json"]); forkserver._forkserver.ensure_running()  # someone else's
+_ensure_forkserver(["json", "csv"]); heavier = server()
+assert heavier[0] != first[0] and "'csv'" in heavier[1], "one started with less is restarted with the full preload"
+_ensure_forkserver(["json"]); assert server() == heavier, "a lighter launcher reuses the heavier server"
+_ensure_forkserver(["json"], exclude=["csv"]); clean = server()
+assert clean[0] != heavier[0] and "'csv'" not in clean[1], "a server holding an excluded module is replaced"
+print("ok")
+"""
+
+
+def test_the_forkserver_is_restarted_when_it_lacks_the_preload_or_holds_an_excluded_module():
+    """multiprocessing keeps one forkserver per process, started with whatever preload was set last: after a
+    `parity run` in the same process closed it, a runner that planned only hf rows restarted it without
+    megatron.core, and every later Megatron rank imported megatron itself (the megatron rows of a full pytest
+    session ran 2-4x slower than alone)."""
+    result = subprocess.run([sys.executable, "-c", FORKSERVER_PROBE], capture_output=True, text=True, timeout=60,
+                            cwd=REPO)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr

@@ -34,8 +34,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("parity-cache")
+def cache_dir(pytestconfig: pytest.Config) -> Path:
+    """The session's --parity-cache-dir (default .parity-cache/): tests and scenario items share one set of tiny
+    checkpoints and references (the cache key hashes the code that computes a reference, so reuse is safe)."""
+    from parity.harness.pytest_plugin import SESSION
+
+    return pytestconfig.stash[SESSION].options.cache_dir.resolve()
 
 
 class SessionRunner(Runner):

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import run_cli
+from parity.harness.cli import main
 
 
 def test_calibrate_command_runs_each_clean_scenario_per_seed(write_yaml, tmp_path, cache_dir):
     scenarios = write_yaml("matrix:\n  - {model: tiny-qwen3, strategy: hf}\n"
                            "  - {model: tiny-qwen3, strategy: hf, faults: [{kind: grad_scale}]}\n")
     out = tmp_path / "cal"
-    proc = run_cli("calibrate", str(scenarios), "--seeds", "2", "--out", str(out), "--cache-dir", str(cache_dir))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # in-process (`parity` in a fresh interpreter is tested by test_cli / test_bad_input): the session's warm
+    # forkserver serves it
+    assert main(["calibrate", str(scenarios), "--seeds", "2", "--out", str(out), "--cache-dir", str(cache_dir)]) == 0
     report = json.loads((out / "calibration.json").read_text())
     assert report["runs"] == 2 and report["false_fails"] == []  # the faulted scenario is not calibrated on
     assert report["distribution"]["logprob_max_abs"]["worst"] == 0.0  # hf vs the hf reference: bit-identical

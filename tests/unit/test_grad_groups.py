@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,11 +18,6 @@ from parity.harness.contract.schema import Tolerance
 from parity.harness.judge.groups import group_checks
 from parity.harness.judge.tolerances import limits_for
 from parity.harness.run.records import RunRecord, StepRecord
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("models")
 
 
 def _squares(named: dict[str, torch.Tensor], group_of) -> dict[str, float]:

@@ -25,11 +25,6 @@ from parity.harness.config.models import TINY_MODELS, ensure_checkpoint
 MODELS = sorted(TINY_MODELS)
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("models")
-
-
 def _load(model: str, cache_dir: Path) -> tuple[ModelArch, dict[str, torch.Tensor]]:
     import transformers
 

@@ -37,7 +37,9 @@ def test_collects_one_item_per_scenario_with_marks(pytester, cache_dir):
 def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir):
     _project(pytester, cache_dir)
     junit = pytester.path / "junit.xml"
-    result = pytester.runpytest_subprocess("-m", "nightly", f"--junitxml={junit}", "--parity-out=out")
+    # in-process: the nested session runs its scenarios on this session's warm forkserver (a subprocess spends ~6 s
+    # starting one); pytest as a process is tested by test_signals and the collect-only runs here
+    result = pytester.runpytest_inprocess("-m", "nightly", f"--junitxml={junit}", "--parity-out=out")
     result.assert_outcomes(passed=1, failed=1, skipped=2)
     result.stdout.fnmatch_lines([
         "*FAIL tiny-qwen3/fsdp2/dp2/fp32/cpu+mask_shift",

@@ -1,6 +1,6 @@
 """SIGTERM to `parity run` (either launcher) or to `pytest` mid-scenario: every process of the run is gone, the
 finished scenarios and the interrupted one (ERROR) are in results.jsonl and summary.md, and the exit code is
-128 + SIGTERM."""
+128 + SIGTERM. The finished scenario is also the single-node run of each launcher (`--launcher torchrun`)."""
 
 from __future__ import annotations
 
@@ -83,3 +83,6 @@ def test_sigterm_kills_every_rank_and_reports_what_finished(tmp_path, cache_dir,
         ("tiny-qwen3/hf/single/fp32/cpu", "PASS"), ("tiny-qwen3/fsdp2/dp2/fp32/cpu+hang", "ERROR")]
     assert results[1]["reasons"] == ["error while running: Interrupted: interrupted by SIGTERM"]
     assert "tiny-qwen3/fsdp2/dp2/fp32/cpu+hang" in (out / "summary.md").read_text()
+    # the finished scenario ran under the launcher asked for (for torchrun: one torchrun on this node)
+    launcher = "torchrun" if entry == "parity-run-torchrun" else "forked"
+    assert results[0]["provenance"]["launcher"] == launcher

@@ -76,12 +76,12 @@ def _img(png: str, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{png}">'
 
 
-def scenario_section(result: dict[str, Any], trend: str | None = None) -> str:
+def scenario_section(result: dict[str, Any], trend: str | None = None, figure: str | None = None) -> str:
     reasons = {run_id: why for run_id, _, why in reasons_block([result])}.get(result["id"], [])
     parts = [f'<section id="{anchor(result["id"])}" data-id="{html.escape(result["id"])}">',
              f'<h3>{html.escape(result["verdict"])} {html.escape(result["id"])}</h3>']
     parts += [f'<div class="reason">{html.escape(reason)}</div>' for reason in reasons]
-    if (figure := plots.scenario_figure(result)) is not None:
+    if figure is not None:
         parts.append(_img(figure, f"{result['id']}: loss, grad norm, |Δ log-prob|"))
     if trend:
         parts.append(_img(trend, f"{result['id']}: trend over earlier runs"))
@@ -114,7 +114,8 @@ def render(results: list[dict[str, Any]], wall_s: float | None = None, title: st
                  *(f'<li class="reason">{html.escape(line)}</li>' for line in drift), "</ul>"]
     body.append(layouts_section(results))
     body.append("<h2>Scenarios</h2>")
-    body += [scenario_section(r, trends.get(r["id"])) for r in results]
+    figures = plots.scenario_figures(results)
+    body += [scenario_section(r, trends.get(r["id"]), figure) for r, figure in zip(results, figures, strict=True)]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{STYLE}</style></head>\n<body>\n" + "\n".join(body)
             + f"\n<script>{SCRIPT}</script>\n</body></html>\n")

@@ -7,8 +7,13 @@ judge stores in `metrics`, and the metrics of earlier runs for trends.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
+import json
 import math
+import os
+import subprocess
+import sys
 from typing import Any
 
 import matplotlib
@@ -94,3 +99,48 @@ def trend_figure(run_id: str, labels: list[str], series: dict[str, list[float | 
     fig.suptitle(run_id, fontsize=8)
     fig.subplots_adjust(bottom=0.35, top=0.8, wspace=0.35)
     return _png(fig)
+
+
+#: below this many figures a worker process costs more (its matplotlib import ~0.6 s) than it saves (~0.2 s each)
+PARALLEL_MIN = 12
+
+
+def scenario_figures(results: list[dict[str, Any]], workers: int | None = None) -> list[str | None]:
+    """`scenario_figure` of every result, in order. Many figures are drawn by worker processes (one per CPU, at
+    most 8): text layout dominates a figure (~0.2 s), so a 75-scenario page took 15 s in one process. The workers
+    are plain `python -m parity.reports.plots` subprocesses fed JSON (no multiprocessing: it would re-import the
+    caller's __main__); a worker that fails leaves its share to this process."""
+    workers = min(workers or os.cpu_count() or 1, 8, max(1, len(results) // (PARALLEL_MIN // 2)))
+    if workers < 2 or len(results) < PARALLEL_MIN:
+        return [scenario_figure(result) for result in results]
+    shares = [list(range(i, len(results), workers)) for i in range(workers)]
+    try:
+        procs = [subprocess.Popen([sys.executable, "-m", "parity.reports.plots"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for _ in shares]
+    except OSError:
+        return [scenario_figure(result) for result in results]
+    for proc, share in zip(procs, shares, strict=True):
+        # a worker reads all of its input before it writes, so writing every input first cannot deadlock
+        with contextlib.suppress(OSError):  # BrokenPipeError: that worker died; its share is drawn here
+            proc.stdin.write(json.dumps([results[i] for i in share], default=str).encode())
+            proc.stdin.close()
+    figures: list[str | None] = [None] * len(results)
+    for proc, share in zip(procs, shares, strict=True):
+        drawn = _drawn(proc, len(share))
+        for position, index in enumerate(share):
+            figures[index] = drawn[position] if drawn is not None else scenario_figure(results[index])
+    return figures
+
+
+def _drawn(proc: subprocess.Popen[bytes], expected: int) -> list[str | None] | None:
+    """A worker's figures, or None when it failed or returned something else."""
+    try:
+        drawn = json.loads(proc.stdout.read() or b"null")
+    except ValueError:
+        drawn = None
+    ok = proc.wait() == 0 and isinstance(drawn, list) and len(drawn) == expected
+    return drawn if ok else None
+
+
+if __name__ == "__main__":  # a worker of scenario_figures: JSON results on stdin, their figures on stdout
+    sys.stdout.write(json.dumps([scenario_figure(result) for result in json.load(sys.stdin)]))

@@ -30,3 +30,22 @@ def test_text_is_escaped():
 def test_trends_and_drift_lines_are_shown():
     text = html.render(RESULTS[:1], trends={RESULTS[0]["id"]: "AAAA"}, drift=["step time +15% at run-3"])
     assert Page(text).images[RESULTS[0]["id"]] == 2 and "step time +15% at run-3" in text
+
+
+def test_many_figures_drawn_by_worker_processes_match_one_process_and_survive_a_dead_worker(monkeypatch):
+    """Enough results for worker processes: the same figures in the same order as drawn here; a worker that
+    cannot start or dies leaves its share to this process, never a missing image."""
+    from parity.reports import plots
+
+    monkeypatch.setattr(plots, "PARALLEL_MIN", 4)  # 4 figures are enough to go parallel (and quick to draw)
+    many = [r | {"id": f"{r['id']}#{i}"} for i in range(2) for r in RESULTS[:2]]
+    serial = [plots.scenario_figure(r) for r in many]
+    started = []
+    popen = plots.subprocess.Popen
+    monkeypatch.setattr(plots.subprocess, "Popen", lambda *a, **k: started.append(a) or popen(*a, **k))
+    assert plots.scenario_figures(many, workers=2) == serial
+    assert len(started) == 2  # the figures above came from two workers
+    monkeypatch.setattr(plots.sys, "executable", "/bin/false")  # each worker exits at once, reading nothing
+    assert plots.scenario_figures(many, workers=2) == serial
+    monkeypatch.setattr(plots.sys, "executable", "/nonexistent/python")
+    assert plots.scenario_figures(many, workers=2) == serial

@@ -199,6 +199,24 @@ def _ensure_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> N
     _server = (server._forkserver_pid, tuple(preload))
 
 
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """While ranks start, the caller's __main__ has neither a file nor a module name, so multiprocessing does not
+    make each rank import it again (as __mp_main__): a rank needs only parity's own importable modules, and under
+    `parity run` that import (the CLI, the reports, matplotlib) cost every scenario ~1 s of its ~2. The
+    forkserver's own '__main__' preload cannot help: CPython 3.11's forkserver looks for a 'main_path' key that
+    spawn.get_preparation_data never writes."""
+    main = sys.modules["__main__"]
+    saved = {name: main.__dict__.pop(name) for name in ("__file__",) if name in main.__dict__}
+    spec = getattr(main, "__spec__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+        main.__spec__ = spec
+
+
 class ForkedLauncher:
     """Ranks forked from one warm forkserver per harness process."""
 
@@ -231,8 +249,9 @@ class ForkedLauncher:
                               timeout=timedelta(seconds=timeout_s))
         procs = [self._mp.Process(target=_forked_rank, args=(job, r, world_size, store.port, timeout_s),
                                   daemon=False) for r in range(world_size)]
-        for proc in procs:
-            proc.start()
+        with _main_module_hidden():
+            for proc in procs:
+                proc.start()
         try:
             status, error, log_tail = wait_all([lambda p=p: p.exitcode for p in procs],
                                                [f"rank {r}" for r in range(world_size)], started + timeout_s,

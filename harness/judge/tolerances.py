@@ -88,7 +88,6 @@ DEFAULTS = {"fp32": FP32, "bf16": replace(LOW_PRECISION, logprob_max_abs_min=1e-
 #: below this, a baseline's log-prob / entropy error counts as this much (a near-exact baseline must not turn
 #: noise into a huge ratio).
 RATIO_FLOOR_ABS = 1e-4
-RATIO_FLOOR_REL = 1e-3
 
 
 def limits_for(dtype: str, override: Tolerance) -> Limits:

@@ -185,11 +185,11 @@ def _ensure_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> N
     server = forkserver._forkserver
     running = server._forkserver_pid
     if running is not None and _server is not None and _server[0] == running:
-        held = set(_server[1])
-        if set(preload) <= held and not any(m.split(".")[0] in exclude for m in held):
-            server.ensure_running()  # restarts it (with its own preload, set below) if it died meanwhile
-            if server._forkserver_pid == running:
-                return
+        held = _server[1]
+        if set(preload) <= set(held) and not any(m.split(".")[0] in exclude for m in held):
+            server.ensure_running()  # one that died meanwhile starts again with the same preload (set below)
+            _server = (server._forkserver_pid, held)
+            return
     if running is not None:
         with contextlib.suppress(OSError, ChildProcessError):
             server._stop()
@@ -207,14 +207,14 @@ def _main_module_hidden() -> Iterator[None]:
     forkserver's own '__main__' preload cannot help: CPython 3.11's forkserver looks for a 'main_path' key that
     spawn.get_preparation_data never writes."""
     main = sys.modules["__main__"]
-    saved = {name: main.__dict__.pop(name) for name in ("__file__",) if name in main.__dict__}
-    spec = getattr(main, "__spec__", None)
+    file, spec = main.__dict__.pop("__file__", None), getattr(main, "__spec__", None)
     main.__spec__ = None
     try:
         yield
     finally:
-        main.__dict__.update(saved)
         main.__spec__ = spec
+        if file is not None:
+            main.__file__ = file
 
 
 class ForkedLauncher:

@@ -101,7 +101,8 @@ def preload_modules(specs: list[EngineSpec], models: Iterable[str] = ()) -> list
     planned engine must import itself first (MindSpeed patches megatron before megatron is imported) is left
     out whole; so is one whose requirements are missing here. Where transformers is preloaded and no planned
     engine patches while loading, the planned models' modeling modules come too (importing them costs each rank
-    ~2 s of a tiny scenario's ~5; a module that does not import is skipped by the forkserver)."""
+    ~2 s of a tiny scenario's ~5; a module that does not import is skipped by the forkserver), and so does
+    transformers' checkpoint conversion table (engines/transformers_warm.py)."""
     excluded = preload_excludes(specs)
     modules: list[str] = []
     for spec in specs:
@@ -110,5 +111,6 @@ def preload_modules(specs: list[EngineSpec], models: Iterable[str] = ()) -> list
         modules += [m for m in spec.preload if m not in modules]
     if "transformers" in modules and not excluded:
         modeling = (hf_modeling_module(model) for model in models)
-        modules += ["transformers.modeling_utils", *dict.fromkeys(m for m in modeling if m)]
+        modules += ["transformers.modeling_utils", "parity.engines.transformers_warm",
+                    *dict.fromkeys(m for m in modeling if m)]
     return modules

@@ -77,6 +77,20 @@ def test_preload_brings_the_planned_models_modeling_modules_unless_an_engine_pat
                 if ".modeling_" in m]
 
 
+def test_the_forkserver_builds_transformers_conversion_table_once(monkeypatch):
+    """Forked ranks inherit the table the forkserver built (engines/transformers_warm.py) instead of each
+    compiling its ~950 rules on its first from_pretrained."""
+    import importlib
+
+    from transformers import conversion_mapping
+
+    spec = {s.name: s for s in BUILTIN}
+    assert "parity.engines.transformers_warm" in registry.preload_modules([spec["fsdp2"]], ["tiny-qwen3"])
+    monkeypatch.setattr(conversion_mapping, "_checkpoint_conversion_mapping_cache", None)
+    importlib.reload(importlib.import_module("parity.engines.transformers_warm"))
+    assert conversion_mapping._checkpoint_conversion_mapping_cache  # what get_checkpoint_conversion_mapping reads
+
+
 def test_runner_preload_ignores_planned_scenarios_that_cannot_run_here(tmp_path):
     """A collected Ascend MindSpeed row (SKIPped on CPU) must not take megatron out of the forkserver: the
     Megatron rows that do run would each import it."""

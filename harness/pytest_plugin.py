@@ -26,7 +26,8 @@ from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import check_environment, check_scenario, skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.options import add_options, run_options
-from parity.harness.run.launch import Interrupted
+from parity.harness.run.launch import Interrupted, expect_preload
+from parity.harness.run.preload import forkserver_preload
 
 if TYPE_CHECKING:  # the runner and the judge import torch: only a session that runs a scenario pays for it
     from parity.harness.judge.verdict import Verdict
@@ -244,9 +245,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The Runner plans with the scenarios this session will run (after -k / -m / --parity-shard), not every
-    collected one: a deselected MindSpeed row must not keep megatron out of the forkserver's preload."""
+    collected one: a deselected MindSpeed row must not keep megatron out of the forkserver's preload; and the
+    launcher expects their preload from the start."""
     parity = session.config.stash[SESSION]
     parity.scenarios[:] = [item.scenario for item in session.items if isinstance(item, ScenarioItem)]
+    if parity.scenarios:  # the session's first forkserver (maybe a test's) preloads for the items too
+        expect_preload(forkserver_preload(parity.scenarios)[0])
 
 
 @pytest.hookimpl(wrapper=True)

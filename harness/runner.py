@@ -15,10 +15,8 @@ from pathlib import Path
 
 from parity.harness.config import devices
 from parity.harness.config.errors import ScenarioError
-from parity.harness.config.registry import preload_excludes, preload_modules, spec_for
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
-from parity.harness.contract.spec import EngineSpec
 from parity.harness.judge import drift
 from parity.harness.judge.reference import (
     baseline_scenario,
@@ -32,6 +30,7 @@ from parity.harness.judge.verdict import Verdict, errored, failed, judge, skippe
 from parity.harness.options import RunOptions
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
 from parity.harness.run.launch import ForkedLauncher, Interrupted, LaunchResult, TorchrunLauncher, interrupt_on_signals
+from parity.harness.run.preload import forkserver_preload
 from parity.harness.run.records import RunRecord
 from parity.harness.run.worker import RunJob
 from parity.reports import results as results_file
@@ -232,19 +231,10 @@ class Runner:
 
     def _forked_launcher(self, scenario: Scenario) -> ForkedLauncher:
         if self._forked is None:
-            specs, _ = self._planned_here(scenario)
-            self._forked = ForkedLauncher(self.forkserver_preload(scenario), sorted(preload_excludes(specs)))
+            self._forked = ForkedLauncher(*self.forkserver_preload(scenario))
         return self._forked
 
-    def _planned_here(self, scenario: Scenario) -> tuple[list[EngineSpec], list[str]]:
-        """Engine specs and models of the planned scenarios that can run here, plus this one."""
-        runnable = [*(s for s in self._planned if skip_reason(s) is None), scenario]
-        specs = list({spec.name: spec for spec in map(spec_for, runnable)}.values())
-        return specs, list(dict.fromkeys(s.model for s in runnable))
-
-    def forkserver_preload(self, scenario: Scenario) -> list[str]:
-        """What the warm forkserver imports for the planned scenarios that can run here (plus this one): a skipped
-        MindSpeed row would otherwise keep megatron out, and every Megatron rank would import it (~3 s)."""
-        specs, models = self._planned_here(scenario)
-        return ["parity.harness.run.rank_warnings", "torch", "parity.harness.run.worker",
-                *preload_modules(specs, models)]
+    def forkserver_preload(self, scenario: Scenario) -> tuple[list[str], list[str]]:
+        """What the warm forkserver imports (and must not) for the planned scenarios that can run here, plus
+        this one."""
+        return forkserver_preload([*self._planned, scenario])

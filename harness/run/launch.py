@@ -172,6 +172,16 @@ def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: 
 #: (pid, modules) of the forkserver this process started last. multiprocessing keeps ONE forkserver per process,
 #: started with whatever preload was set last, so each launch checks that the running one suits it.
 _server: tuple[int, tuple[str, ...]] | None = None
+#: modules later launches of this process will ask for (expect_preload)
+_expected: list[str] = []
+
+
+def expect_preload(modules: Sequence[str]) -> None:
+    """Modules later launches of this process will ask for. A forkserver this process starts imports them too, so
+    the first one serves every later launch instead of being replaced by a bigger one (each start preloads for
+    ~6 s). The pytest plugin says what the session's scenario items need before any test launches: a test that
+    runs an hf row first would otherwise start a server the Megatron rows must replace."""
+    _expected[:] = list(dict.fromkeys([*_expected, *modules]))
 
 
 def _ensure_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> None:
@@ -194,9 +204,10 @@ def _ensure_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> N
         with contextlib.suppress(OSError, ChildProcessError):
             server._stop()
         server._forkserver_pid = None
-    server.set_forkserver_preload(list(preload))
+    modules = list(dict.fromkeys([*preload, *(m for m in _expected if m.split(".")[0] not in exclude)]))
+    server.set_forkserver_preload(modules)
     server.ensure_running()
-    _server = (server._forkserver_pid, tuple(preload))
+    _server = (server._forkserver_pid, tuple(modules))
 
 
 @contextlib.contextmanager

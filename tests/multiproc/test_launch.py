@@ -95,7 +95,7 @@ def test_two_nodes_on_loopback(write_yaml, tmp_path, cache_dir):
 
 FORKSERVER_PROBE = """
 from multiprocessing import forkserver
-from parity.harness.run.launch import _ensure_forkserver
+from parity.harness.run.launch import _ensure_forkserver, expect_preload
 
 import time
 
@@ -116,6 +116,12 @@ assert heavier[0] != first[0] and "'csv'" in heavier[1], "one started with less 
 _ensure_forkserver(["json"]); assert server() == heavier, "a lighter launcher reuses the heavier server"
 _ensure_forkserver(["json"], exclude=["csv"]); clean = server()
 assert clean[0] != heavier[0] and "'csv'" not in clean[1], "a server holding an excluded module is replaced"
+expect_preload(["csv", "uuid"])  # the pytest plugin: what the session's items will ask for
+_ensure_forkserver(["json", "wave"]); expected = server()
+assert expected[0] != clean[0] and all(f"'{m}'" in expected[1] for m in ("wave", "csv", "uuid")), expected
+_ensure_forkserver(["uuid"]); assert server() == expected, "a later launch needing an expected module reuses it"
+_ensure_forkserver(["json"], exclude=["uuid"]); no_uuid = server()
+assert "'uuid'" not in no_uuid[1] and "'csv'" in no_uuid[1], "expected modules an engine excludes are left out"
 print("ok")
 """
 

@@ -34,9 +34,12 @@ def test_collects_one_item_per_scenario_with_marks(pytester, cache_dir):
     pr_only.stdout.fnmatch_lines(["scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/fp32/cpu", "1/4 tests collected*"])
 
 
-def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir):
+def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatch):
+    from parity.harness.run import launch
+
     _project(pytester, cache_dir)
     junit = pytester.path / "junit.xml"
+    monkeypatch.setattr(launch, "_expected", [])
     # in-process: the nested session runs its scenarios on this session's warm forkserver (a subprocess spends ~6 s
     # starting one); pytest as a process is tested by test_signals and the collect-only runs here
     result = pytester.runpytest_inprocess("-m", "nightly", f"--junitxml={junit}", "--parity-out=out")
@@ -53,6 +56,8 @@ def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir):
     assert len((pytester.path / "out" / "results.jsonl").read_text().splitlines()) == 4
     properties = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
     assert {"logprob_max_abs", "grad_norm_rel_max", "verdict"} <= properties.keys()
+    # announced at collection, for whichever launch starts the session's forkserver first (a test's, often)
+    assert "parity.engines.fsdp2" in launch._expected and "transformers.models.qwen3.modeling_qwen3" in launch._expected
 
 
 def test_k_selects_ids_and_bad_files_are_collection_errors(pytester, cache_dir):

@@ -100,8 +100,8 @@ def test_runner_preload_ignores_planned_scenarios_that_cannot_run_here(tmp_path)
     ascend = Scenario(model="tiny-qwen3", strategy="mindspeed_megatron", layout={"tp": 2}, device="npu")
     assert validate.skip_reason(ascend) is not None
     runner = Runner(RunOptions(out_dir=tmp_path), [ascend, megatron])
-    preload = runner.forkserver_preload(megatron)
-    assert "megatron.core" in preload and "transformers.models.qwen3.modeling_qwen3" in preload
+    preload, excluded = runner.forkserver_preload(megatron)
+    assert "megatron.core" in preload and "transformers.models.qwen3.modeling_qwen3" in preload and not excluded
 
 
 def test_third_party_spec_is_the_class_attribute_renamed_to_its_path():

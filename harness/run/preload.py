@@ -1,0 +1,28 @@
+"""What the warm forkserver imports for a set of planned scenarios, and what it must not import. Torch-free: the
+pytest plugin asks at collection time, before any test has launched a rank."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from parity.harness.config.registry import preload_excludes, preload_modules, spec_for
+from parity.harness.config.validate import skip_reason
+from parity.harness.contract.schema import Scenario
+from parity.harness.contract.spec import EngineSpec
+
+BASE = ("parity.harness.run.rank_warnings", "torch", "parity.harness.run.worker")
+"""Before any engine: the warning capture first (rank_warnings' docstring), then what every rank runs."""
+
+
+def planned_here(scenarios: Iterable[Scenario]) -> tuple[list[EngineSpec], list[str]]:
+    """Engine specs and models of the scenarios that can run here: a skipped MindSpeed row would otherwise keep
+    megatron out, and every Megatron rank would import it (~3 s)."""
+    runnable = [s for s in scenarios if skip_reason(s) is None]
+    specs = list({spec.name: spec for spec in map(spec_for, runnable)}.values())
+    return specs, list(dict.fromkeys(s.model for s in runnable))
+
+
+def forkserver_preload(scenarios: Iterable[Scenario]) -> tuple[list[str], list[str]]:
+    """(modules to preload, top-level modules the server must not hold) for these planned scenarios."""
+    specs, models = planned_here(scenarios)
+    return [*BASE, *preload_modules(specs, models)], sorted(preload_excludes(specs))

@@ -49,3 +49,21 @@ def test_many_figures_drawn_by_worker_processes_match_one_process_and_survive_a_
     assert plots.scenario_figures(many, workers=2) == serial
     monkeypatch.setattr(plots.sys, "executable", "/nonexistent/python")
     assert plots.scenario_figures(many, workers=2) == serial
+
+
+def test_a_figure_is_the_same_whatever_the_process_drew_before_it(monkeypatch):
+    """One canvas per process is redrawn for every result: nothing of the previous result (curves, histogram,
+    legends, axis limits) may show in the next one's figure."""
+    from parity.reports import plots
+
+    def without(result: dict, key: str) -> dict:
+        return result | {"metrics": {k: v for k, v in result["metrics"].items() if k != key}}
+
+    drawn = [r for r in RESULTS if (r.get("metrics") or {}).get("series")]
+    variants = [*drawn, without(drawn[0], "series"), without(drawn[0], "logprob_abs_hist")]
+    monkeypatch.setattr(plots, "_canvas", None)
+    forward = [plots.scenario_figure(r) for r in variants]
+    monkeypatch.setattr(plots, "_canvas", None)
+    backward = [plots.scenario_figure(r) for r in reversed(variants)][::-1]
+    assert forward == backward and None not in forward
+    assert len({forward[0], forward[-2], forward[-1]}) == 3  # the panels left empty do show empty

@@ -44,7 +44,6 @@ class RunJob:
 
 def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: Any | None) -> None:
     """Body of one rank. Raises on failure; the caller turns that into a hard exit."""
-    import torch
     import torch.distributed as dist
 
     from parity.harness.config import devices
@@ -58,8 +57,7 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
     if (preloaded := sys.modules.get("parity.harness.run.rank_warnings")) is not None:
         preloaded.replay()  # forked from the forkserver: its import warnings belong in this rank's log
     scenario = Scenario.model_validate(job.scenario)
-    if scenario.device == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    cpus = devices.bind_cpu_rank(local_rank, scenario.layout.ranks_per_node) if scenario.device == "cpu" else None
     device = devices.prepare_rank(scenario.device, local_rank, scenario.workload.seed)
     backend = devices.DEVICE_KINDS[scenario.device].backend
     if store is not None:
@@ -114,7 +112,8 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
             flops_per_token=train_flops_per_token(checkpoint, int(clean.input_ids.shape[1])),
             applied_kwargs=applied, effective_dtype=effective_dtype, optimizer_steps=optimizer_steps,
             provenance={**job.provenance, **_rank_provenance(scenario.device), "dtype": scenario.dtype,
-                        "world_size": world_size, **engine_provenance},
+                        "world_size": world_size, "rank0_cpu_cores": cpus,
+                        **engine_provenance},
             compute_time_s=time.perf_counter() - started)
         record.save(Path(job.record_dir))
     dist.barrier()

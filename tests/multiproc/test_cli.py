@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from parity.harness.cli import main
 
@@ -22,6 +23,8 @@ def test_run_writes_results_summary_and_step_summary(write_yaml, tmp_path, cache
     result = json.loads((out / "results.jsonl").read_text())
     assert {"id", "verdict", "reasons", "metrics"} <= result.keys()
     assert result["provenance"]["versions"]["torch"] and result["provenance"]["scenario_hash"]
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    assert result["provenance"]["rank0_cpu_cores"] == (cores and cores[:max(1, len(cores) // 2)])
     summary = (out / "summary.md").read_text()
     assert "| tiny-qwen3/fsdp2/dp2/fp32/cpu" in summary and "| PASS" in summary
     assert step_summary.read_text() == summary + "\n"

@@ -3,6 +3,7 @@ must never import a real torch_npu."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -61,3 +62,46 @@ def test_prepare_rank_on_cpu_seeds_and_returns_cpu(monkeypatch):
 
 def test_peak_memory_on_cpu_is_the_resident_set():
     assert devices.peak_memory_bytes("cpu") > 10 * 2**20  # a python process with torch imported
+
+
+@pytest.mark.parametrize(("cores", "ranks", "shares"), [
+    (2, 2, [[0], [1]]),
+    (2, 4, [[0], [1], [0], [1]]),  # more ranks than cores: one core each, round robin
+    (16, 2, [list(range(8)), list(range(8, 16))]),
+    (3, 2, [[0], [1]]),
+    (2, 1, [[0, 1]]),
+])
+def test_each_cpu_rank_gets_its_own_slice_of_the_cores(cores, ranks, shares):
+    allowed = [4 + 2 * core for core in range(cores)]  # a cpuset need not start at 0 nor be contiguous
+    assert [devices.cpu_share(allowed, rank, ranks) for rank in range(ranks)] == [
+        [allowed[core] for core in share] for share in shares]
+
+
+def _bind_in_child(ranks: int, queue) -> None:
+    import os
+
+    import torch
+
+    cores = devices.bind_cpu_rank(ranks - 1, ranks)
+    queue.put((cores, sorted(os.sched_getaffinity(0)), torch.get_num_threads()))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity call on this OS")
+@pytest.mark.parametrize("bind", ["1", "0"])
+def test_a_cpu_rank_is_pinned_to_its_cores_unless_told_not_to(monkeypatch, bind):
+    """In a forked child, as the rank is: the pytest process keeps its cores."""
+    import multiprocessing
+
+    monkeypatch.setenv("PARITY_CPU_BIND", bind)
+    allowed = sorted(os.sched_getaffinity(0))
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_bind_in_child, args=(len(allowed) + 1, queue))
+    child.start()
+    cores, affinity, threads = queue.get(timeout=60)
+    child.join(timeout=60)
+    if bind == "1":  # rank N of N + 1 ranks wraps around to the first core
+        assert cores == affinity == [allowed[0]] and threads == 1
+    else:
+        assert cores is None and affinity == allowed and threads == 1
+    assert sorted(os.sched_getaffinity(0)) == allowed

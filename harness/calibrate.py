@@ -11,7 +11,7 @@ from parity.harness.config.errors import ScenarioError
 from parity.harness.config.selection import scenario_files, select
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge.calibrate import distribution, proposals
-from parity.harness.runner import Runner, RunOptions
+from parity.harness.options import RunOptions
 
 
 def seeded(scenarios: list[Scenario], seeds: int) -> list[Scenario]:
@@ -25,6 +25,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     scenarios = seeded(select(scenario_files(args.files), args.k, None), args.seeds)
     if not scenarios:
         raise ScenarioError("no clean scenario to calibrate on")
+    from parity.harness.runner import Runner  # torch: only once there is something to run
+
     out = Path(args.out)
     runner = Runner(RunOptions(out_dir=out, cache_dir=Path(args.cache_dir)), scenarios)
     verdicts = runner.run(scenarios, lambda v: print(f"{v.status:<5} {v.id}", flush=True))

@@ -1,6 +1,9 @@
 """`parity` command line: run, list, report (and plan / migrate for Ascend users).
 
 Exit codes: 0 nothing failed; 1 a scenario FAILed or ERRORed; 2 bad input (never a traceback).
+Importing this module imports neither torch nor matplotlib: each command imports the runner, the judge or the
+report pages when it gets to them, so `--help`, `list` and bad input answer in a fraction of a second, and
+`run` starts the forkserver's imports before its own.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
@@ -18,14 +22,14 @@ from parity.harness.config.errors import ScenarioError
 from parity.harness.config.selection import DEFAULT_FILES, check_runnable, scenario_files, select
 from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import skip_reason
-from parity.harness.judge.verdict import Verdict
 from parity.harness.options import add_options, run_options
-from parity.harness.run.launch import Interrupted
-from parity.harness.runner import Runner
-from parity.reports import history, html
+from parity.harness.run.launch import Interrupted, start_forkserver
+from parity.reports import history
 from parity.reports import results as results_file
 from parity.reports.progress import RunProgress
-from parity.reports.publish import publish
+
+if TYPE_CHECKING:
+    from parity.harness.judge.verdict import Verdict
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -41,6 +45,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_runnable(scenarios)
     options = run_options(lambda name: getattr(args, name))
     results_file.reset(options.out_dir)
+    if (first_server := options.early_forkserver(scenarios)) is not None:
+        start_forkserver(*first_server)
+    from parity.harness.runner import Runner
+    from parity.reports.publish import publish
+
     runner = Runner(options, scenarios)
     started = time.perf_counter()
     collected: list[dict] = []
@@ -74,6 +83,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from parity.reports.publish import publish
+
     try:
         merged = results_file.load([Path(d) for d in args.dirs])
     except (FileNotFoundError, ValueError) as exc:
@@ -117,6 +128,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(flag.line())
     print(f"{len(flags)} change(s) flagged" if flags else "no change flagged")
     if args.html:
+        from parity.reports import html
+
         page = html.render(list(runs[-1].results.values()), title=f"Parity history: {runs[-1].label}",
                            trends=history.trend_figures(runs, flags), drift=[flag.line() for flag in flags])
         print(f"report: {html.write(Path(args.out), page)}")

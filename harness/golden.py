@@ -13,11 +13,16 @@ from tabulate import tabulate
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.selection import check_runnable, scenario_files, select
 from parity.harness.config.validate import skip_reason
-from parity.harness.judge import golden
-from parity.harness.runner import Runner, RunOptions, harness_commit, slug
+from parity.harness.options import RunOptions, slug
+
+# parity.harness.judge.golden and the runner import torch: each command imports what it uses (`parity --help`
+# and a bad argument exit without it)
 
 
 def cmd_record(args: argparse.Namespace) -> int:
+    from parity.harness.judge import golden
+    from parity.harness.runner import Runner, harness_commit
+
     scenarios = select(scenario_files(args.files), args.k, args.device)
     if not scenarios:
         raise ScenarioError(f"no scenario matches -k {args.k!r}" if args.k else "the files hold no scenarios")
@@ -46,6 +51,8 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from parity.harness.judge import golden
+
     root = Path(args.dir)
     try:
         problems = golden.verify(root)
@@ -60,6 +67,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    from parity.harness.judge import golden
+
     try:
         deltas, only = golden.diff(Path(args.old), Path(args.new))
     except (OSError, ValueError, KeyError) as exc:

@@ -5,9 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from parity.harness.config.errors import ScenarioError
+from parity.harness.run.preload import early_forkserver, launcher_for
+
+if TYPE_CHECKING:
+    from parity.harness.contract.schema import Scenario
+
+
+def slug(run_id: str) -> str:
+    """A run id as a directory name (OUT/records/<slug>, golden sets, cached references)."""
+    return run_id.replace("/", "__").replace(":", "_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +31,12 @@ class RunOptions:
     """Rendezvous port all nodes agree on (required with node_rank; a free port otherwise)."""
     history: tuple[Path, ...] = ()
     """Earlier runs' out dirs that perf gates (a scenario's `perf:`) compare with."""
+
+    def launcher_for(self, scenario: Scenario) -> Literal["forked", "torchrun"]:
+        return launcher_for(scenario, self.launcher, self.node_rank)
+
+    def early_forkserver(self, scenarios: list[Scenario]) -> tuple[list[str], list[str]] | None:
+        return early_forkserver(scenarios, self.launcher, self.node_rank)
 
     @property
     def judges(self) -> bool:

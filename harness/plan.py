@@ -14,8 +14,8 @@ from parity.harness.config.memory import plan_for
 from parity.harness.config.selection import scenario_files, select
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
+from parity.harness.options import slug
 from parity.harness.run.launch import torchrun_commands
-from parity.harness.runner import slug
 
 PLACEHOLDER_PORT = 29500
 

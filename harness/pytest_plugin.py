@@ -26,7 +26,7 @@ from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import check_environment, check_scenario, skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.options import add_options, run_options
-from parity.harness.run.launch import Interrupted, expect_preload
+from parity.harness.run.launch import Interrupted, expect_preload, start_forkserver
 from parity.harness.run.preload import forkserver_preload
 
 if TYPE_CHECKING:  # the runner and the judge import torch: only a session that runs a scenario pays for it
@@ -251,6 +251,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     parity.scenarios[:] = [item.scenario for item in session.items if isinstance(item, ScenarioItem)]
     if parity.scenarios:  # the session's first forkserver (maybe a test's) preloads for the items too
         expect_preload(forkserver_preload(parity.scenarios)[0])
+        first_server = parity.options.early_forkserver(parity.scenarios)
+        if first_server is not None and not session.config.option.collectonly:
+            start_forkserver(*first_server)  # importing while pytest starts the first items
 
 
 @pytest.hookimpl(wrapper=True)

@@ -27,17 +27,13 @@ from parity.harness.judge.reference import (
     run_identity,
 )
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, skipped
-from parity.harness.options import RunOptions
+from parity.harness.options import RunOptions, slug
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
 from parity.harness.run.launch import ForkedLauncher, Interrupted, LaunchResult, TorchrunLauncher, interrupt_on_signals
 from parity.harness.run.preload import forkserver_preload
 from parity.harness.run.records import RunRecord
 from parity.harness.run.worker import RunJob
 from parity.reports import results as results_file
-
-
-def slug(run_id: str) -> str:
-    return run_id.replace("/", "__").replace(":", "_")
 
 
 def load_history(directories: Iterable[Path]) -> dict[str, list[dict]]:
@@ -183,7 +179,7 @@ class Runner:
                       cache_dir=str(self.options.cache_dir.resolve()),
                       provenance={**run_identity(scenario), "harness_commit": self._commit,
                                   "scenario_hash": scenario.content_hash(),
-                                  "launcher": self._launcher_name(scenario),
+                                  "launcher": self.options.launcher_for(scenario),
                                   "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
 
     def execute(self, scenario: Scenario, run_id: str, record_dir: Path) -> RunRecord:
@@ -204,10 +200,6 @@ class Runner:
             record.save(record_dir)
         return record
 
-    def _launcher_name(self, scenario: Scenario) -> str:
-        multi_node = scenario.layout.nodes > 1 or self.options.node_rank is not None
-        return "torchrun" if self.options.launcher == "torchrun" or multi_node else "forked"
-
     def _launch(self, job: RunJob, scenario: Scenario) -> LaunchResult:
         """Lease this node's cards (accelerators only), then launch with the right launcher."""
         lease = None
@@ -220,7 +212,7 @@ class Runner:
                 return LaunchResult("error", 0.0, f"refused to launch: {exc}")
             job = replace(job, visible_devices=lease.visible_env(scenario.device))
         try:
-            if self._launcher_name(scenario) == "torchrun":
+            if self.options.launcher_for(scenario) == "torchrun":
                 nodes_here = None if self.options.node_rank is None else [self.options.node_rank]
                 launcher = TorchrunLauncher(self.options.master_addr, nodes_here, self.options.master_port)
                 return launcher.launch(job, scenario.layout, scenario.timeout)

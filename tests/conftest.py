@@ -17,6 +17,10 @@ from parity.harness.contract.schema import Scenario
 from parity.harness.judge.verdict import Verdict
 from parity.harness.runner import Runner, RunOptions
 
+# the report pages (matplotlib) are imported before any nested session: pytester's in-process runs unload every
+# module they imported first, and a matplotlib imported again next to parts of the old one breaks both
+import parity.reports.publish  # noqa: F401  isort: skip
+
 pytest_plugins = ["pytester"]
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"

@@ -12,10 +12,12 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from parity.harness.contract.schema import PerfGate
-from parity.harness.judge.verdict import Verdict
+
+if TYPE_CHECKING:  # the verdict imports torch; `parity history` and the CLI's start need none
+    from parity.harness.judge.verdict import Verdict
 
 K = 3.0
 """Robust standard deviations the confirmed level must be worse by (half of it for the first run alone); the

@@ -192,6 +192,9 @@ def _ensure_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> N
     global _server
     from multiprocessing import forkserver
 
+    # ranks leave through os._exit, so the resource tracker (started with the server) would warn about
+    # semaphores it still tracks
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
     server = forkserver._forkserver
     running = server._forkserver_pid
     if running is not None and _server is not None and _server[0] == running:
@@ -208,6 +211,13 @@ def _ensure_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> N
     server.set_forkserver_preload(modules)
     server.ensure_running()
     _server = (server._forkserver_pid, tuple(modules))
+
+
+def start_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> None:
+    """Start the warm forkserver now rather than at the first launch, so that its imports (torch, transformers,
+    megatron.core: ~5 s) run on another core while the caller imports the runner and the judge (torch, ~2.5 s).
+    Returns at once; the first launch waits for the server if it is still importing."""
+    _ensure_forkserver(preload, exclude)
 
 
 @contextlib.contextmanager
@@ -233,8 +243,6 @@ class ForkedLauncher:
 
     def __init__(self, preload: Sequence[str] = ("torch", "parity.harness.run.worker"),
                  exclude: Sequence[str] = ()) -> None:
-        # ranks leave through os._exit, so the resource tracker would warn about semaphores it still tracks
-        os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
         self._mp = multiprocessing.get_context("forkserver")
         self.preload = tuple(preload)
         self.exclude = tuple(exclude)

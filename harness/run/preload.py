@@ -1,9 +1,11 @@
-"""What the warm forkserver imports for a set of planned scenarios, and what it must not import. Torch-free: the
-pytest plugin asks at collection time, before any test has launched a rank."""
+"""Which launcher a run gets, what the warm forkserver imports for a set of planned scenarios, and what it must not
+import. Torch-free: the pytest plugin asks at collection time and the CLI before it imports the runner, so that
+the server's imports can start before their own."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
 
 from parity.harness.config.registry import preload_excludes, preload_modules, spec_for
 from parity.harness.config.validate import skip_reason
@@ -26,3 +28,19 @@ def forkserver_preload(scenarios: Iterable[Scenario]) -> tuple[list[str], list[s
     """(modules to preload, top-level modules the server must not hold) for these planned scenarios."""
     specs, models = planned_here(scenarios)
     return [*BASE, *preload_modules(specs, models)], sorted(preload_excludes(specs))
+
+
+def launcher_for(scenario: Scenario, asked: str, node_rank: int | None) -> Literal["forked", "torchrun"]:
+    """torchrun when asked for, and for every run spanning nodes (or launching one node of several)."""
+    multi_node = scenario.layout.nodes > 1 or node_rank is not None
+    return "torchrun" if asked == "torchrun" or multi_node else "forked"
+
+
+def early_forkserver(scenarios: Iterable[Scenario], asked: str,
+                     node_rank: int | None) -> tuple[list[str], list[str]] | None:
+    """forkserver_preload of all the planned scenarios (what the Runner planning them asks its first launch for),
+    or None when none of them would be forked here: nothing to start early."""
+    planned = list(scenarios)
+    if not any(skip_reason(s) is None and launcher_for(s, asked, node_rank) == "forked" for s in planned):
+        return None
+    return forkserver_preload(planned)

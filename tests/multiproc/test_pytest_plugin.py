@@ -1,4 +1,6 @@
-"""The pytest plugin, driven through pytester in a subprocess as a user's `pytest -m nightly` would be."""
+"""The pytest plugin, driven through pytester as a user's `pytest -m nightly` would be: in this process (a nested
+session costs ~0.3 s, a pytest process ~1.5 s before it collects anything); pytest as a process, signalled
+mid-scenario, is tested by test_signals."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def _project(pytester, cache_dir: Path) -> None:
 
 def test_collects_one_item_per_scenario_with_marks(pytester, cache_dir):
     _project(pytester, cache_dir)
-    result = pytester.runpytest_subprocess("-m", "nightly", "--collect-only", "-q")
+    result = pytester.runpytest_inprocess("-m", "nightly", "--collect-only", "-q")
     result.stdout.fnmatch_lines([
         "scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/fp32/cpu",
         "scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/fp32/cpu+mask_shift",
@@ -30,18 +32,22 @@ def test_collects_one_item_per_scenario_with_marks(pytester, cache_dir):
         "scenarios/cpu.yaml::tiny-qwen3/fsdp2/ulysses2/fp32/cpu",
         "4 tests collected*",
     ])
-    pr_only = pytester.runpytest_subprocess("-m", "pr and not npu", "--collect-only", "-q")
+    pr_only = pytester.runpytest_inprocess("-m", "pr and not npu", "--collect-only", "-q")
     pr_only.stdout.fnmatch_lines(["scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/fp32/cpu", "1/4 tests collected*"])
 
 
 def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatch):
+    from parity.harness import pytest_plugin
     from parity.harness.run import launch
 
     _project(pytester, cache_dir)
     junit = pytester.path / "junit.xml"
     monkeypatch.setattr(launch, "_expected", [])
-    # in-process: the nested session runs its scenarios on this session's warm forkserver (a subprocess spends ~6 s
-    # starting one); pytest as a process is tested by test_signals and the collect-only runs here
+    started = []
+    monkeypatch.setattr(pytest_plugin, "start_forkserver",
+                        lambda *server: started.append(server) or launch.start_forkserver(*server))
+    # the nested session runs its scenarios on this session's warm forkserver (a pytest process spends ~6 s
+    # starting one)
     result = pytester.runpytest_inprocess("-m", "nightly", f"--junitxml={junit}", "--parity-out=out")
     result.assert_outcomes(passed=1, failed=1, skipped=2)
     result.stdout.fnmatch_lines([
@@ -58,14 +64,16 @@ def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatc
     assert {"logprob_max_abs", "grad_norm_rel_max", "verdict"} <= properties.keys()
     # announced at collection, for whichever launch starts the session's forkserver first (a test's, often)
     assert "parity.engines.fsdp2" in launch._expected and "transformers.models.qwen3.modeling_qwen3" in launch._expected
+    # and started at collection, importing while the first items start (once: the runner reuses it)
+    assert len(started) == 1 and "parity.engines.fsdp2" in started[0][0]
 
 
 def test_k_selects_ids_and_bad_files_are_collection_errors(pytester, cache_dir):
     _project(pytester, cache_dir)
-    selected = pytester.runpytest_subprocess("-k", "ulysses", "--collect-only", "-q")
+    selected = pytester.runpytest_inprocess("-k", "ulysses", "--collect-only", "-q")
     selected.stdout.fnmatch_lines(["scenarios/cpu.yaml::tiny-qwen3/fsdp2/ulysses2/fp32/cpu", "1/4 tests collected*"])
     pytester.makefile(".yaml", **{"scenarios/bad": "matrix:\n  - {model: tiny-qwen3, strategy: fsdp3}\n"})
-    bad = pytester.runpytest_subprocess("--collect-only", "-q")
+    bad = pytester.runpytest_inprocess("--collect-only", "-q")
     bad.stdout.fnmatch_lines(["*unknown strategy 'fsdp3' (did you mean 'fsdp2'?)*"])
     assert "Traceback" not in bad.stdout.str()
 
@@ -77,7 +85,7 @@ def test_a_session_without_xdist_never_publishes_worker_shards_left_by_an_earlie
     stale.mkdir(parents=True)
     (stale / "results.jsonl").write_text('{"id": "stale/from/an/earlier/run", "verdict": "FAIL", "reasons": []}\n')
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--parity-out=out", "test_plain.py")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--parity-out=out", "test_plain.py")
     result.assert_outcomes(passed=1)
     assert "stale/from/an/earlier/run" not in result.stdout.str()
     assert not (pytester.path / "out" / "summary.md").exists()

@@ -50,10 +50,10 @@ def test_pytest_parity_shard_collects_each_scenario_in_one_shard(pytester):
     pytester.makefile(".yaml", **{"scenarios/cpu": SHARDED})
     collected = []
     for shard in ("1/2", "2/2"):
-        result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider", "--parity-shard",
-                                               shard)
+        result = pytester.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider", "--parity-shard",
+                                              shard)
         collected.append({line for line in result.outlines if "::" in line})
         result.assert_outcomes(deselected=3)
     assert len(collected[0]) == len(collected[1]) == 3 and not collected[0] & collected[1]
-    bad = pytester.runpytest_subprocess("--collect-only", "-q", "--parity-shard", "3/2")
+    bad = pytester.runpytest_inprocess("--collect-only", "-q", "--parity-shard", "3/2")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR and "expected I/N" in bad.stderr.str()

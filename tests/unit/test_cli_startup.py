@@ -1,0 +1,68 @@
+"""What `parity` does before its first scenario: the CLI module imports neither torch nor matplotlib (`--help`, `list`
+and bad input answer without them), and `parity run` starts the forkserver's imports before its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from parity.harness.contract.schema import Scenario
+from parity.harness.options import RunOptions
+from parity.harness.run.preload import forkserver_preload
+from tests.conftest import REPO
+
+HEAVY = ("torch", "matplotlib")
+PROBE = """
+import json, sys
+{setup}
+print(json.dumps([m for m in {heavy!r} if m in sys.modules]))
+"""
+
+
+def _probe(setup: str) -> list[str]:
+    result = subprocess.run([sys.executable, "-c", PROBE.format(setup=setup, heavy=HEAVY)], capture_output=True,
+                            text=True, timeout=120, cwd=REPO, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_cli_and_its_bad_input_import_neither_torch_nor_matplotlib():
+    bad_input = "from parity.harness.cli import main\nassert main(['list', 'no-such-file.yaml']) == 2"
+    assert _probe(bad_input) == []
+    assert _probe("import parity.harness.runner, parity.reports.html") == list(HEAVY)  # the probe sees them
+
+
+START_PROBE = """
+import sys
+import parity.harness.cli as cli
+def start(preload, exclude=()):
+    print("torch imported:", "torch" in sys.modules, "| preload:", " ".join(preload), flush=True)
+    raise SystemExit(0)
+cli.start_forkserver = start
+cli.main(["run", "scenarios/cpu.yaml", "-k", "tiny-qwen3/fsdp2/dp2/fp32/cpu", "--out", sys.argv[1]])
+print("never started", flush=True)
+"""
+
+
+def test_run_starts_the_forkserver_before_it_imports_torch(tmp_path):
+    result = subprocess.run([sys.executable, "-c", START_PROBE, str(tmp_path / "out")], capture_output=True,
+                            text=True, timeout=120, cwd=REPO)
+    assert "torch imported: False" in result.stdout, result.stdout + result.stderr
+    assert "parity.engines.fsdp2" in result.stdout.split("| preload:")[1]
+
+
+FORKED = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2})
+
+
+@pytest.mark.parametrize(("options", "scenarios", "starts"), [
+    (RunOptions(), [FORKED], True),
+    (RunOptions(launcher="torchrun"), [FORKED], False),
+    (RunOptions(node_rank=0, master_port=29500), [FORKED], False),
+    (RunOptions(), [FORKED.model_copy(update={"layout": FORKED.layout.model_copy(update={"nodes": 2})})], False),
+    (RunOptions(), [FORKED.model_copy(update={"device": "npu"})], False),  # skipped here: nothing to fork
+])
+def test_the_early_forkserver_is_the_one_the_runner_asks_for_and_only_where_a_run_is_forked(options, scenarios,
+                                                                                               starts):
+    assert options.early_forkserver(scenarios) == (forkserver_preload(scenarios) if starts else None)

@@ -20,7 +20,7 @@ defaults: {device: cpu, model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}}
 matrix:
   - {faults: [{kind: crash, rank: 1, step: 1}], timeout: 60}
   - {name: ok}
-  - {faults: [{kind: hang, rank: 1, step: 1}], timeout: 8}
+  - {faults: [{kind: hang, rank: 1, step: 1}], timeout: 5}
   - {name: ok-after-hang, workload: {seed: 5}}
 """
 

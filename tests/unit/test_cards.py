@@ -21,10 +21,15 @@ def _hold(lock_dir, count, hold_s, queue, total=8):
     lease.release()
 
 
+#: forked holders start within milliseconds of each other (spawned ones ~1 s apart, importing), so a hold of
+#: under a second still makes the third wait
+CONTEXT = multiprocessing.get_context("fork")
+
+
 def test_processes_get_disjoint_cards_and_wait_for_release(tmp_path):
-    ctx = multiprocessing.get_context("spawn")
+    ctx = CONTEXT
     queue = ctx.Queue()
-    workers = [ctx.Process(target=_hold, args=(tmp_path, 4, 1.5, queue)) for _ in range(3)]
+    workers = [ctx.Process(target=_hold, args=(tmp_path, 4, 0.75, queue)) for _ in range(3)]
     for worker in workers:
         worker.start()
     events = [queue.get(timeout=60) for _ in range(6)]
@@ -60,9 +65,9 @@ def test_lease_is_all_or_nothing_and_respects_visible_devices(tmp_path, monkeypa
 def test_two_workers_run_8_card_scenarios_side_by_side_on_16_cards(tmp_path):
     """`pytest -n 2` on a 16-card runner: both 8-card leases are held AT ONCE (parallel, disjoint), and a third
     8-card scenario waits for a release instead of oversubscribing."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = CONTEXT
     queue = ctx.Queue()
-    workers = [ctx.Process(target=_hold, args=(tmp_path, 8, 2.0, queue, 16)) for _ in range(3)]
+    workers = [ctx.Process(target=_hold, args=(tmp_path, 8, 1.0, queue, 16)) for _ in range(3)]
     for worker in workers:
         worker.start()
     events = sorted(queue.get(timeout=60) for _ in range(6))

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+from types import SimpleNamespace
+
+import pytest
 
 from parity.harness.cli import main
 
@@ -12,12 +17,23 @@ FAILING = ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}, "
            "faults: [{kind: grad_scale, step: 1}]}\n")
 
 
-def test_run_writes_results_summary_and_step_summary(write_yaml, tmp_path, cache_dir, monkeypatch, capsys):
-    step_summary = tmp_path / "step_summary.md"
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
-    out = tmp_path / "out"
-    assert main(["run", str(write_yaml(PASSING)), "--out", str(out), "--cache-dir", str(cache_dir)]) == 0
-    printed = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def passing_run(tmp_path_factory, cache_dir):
+    """One `parity run` of PASSING, with a GitHub step summary: what it printed and wrote is checked by the first
+    test, and the later ones take its out dir as a shard and its record as a golden instead of running it again."""
+    root = tmp_path_factory.mktemp("passing")
+    (root / "passing.yaml").write_text(PASSING)
+    step_summary, out = root / "step_summary.md", root / "out"
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as printed:
+        patch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+        code = main(["run", str(root / "passing.yaml"), "--out", str(out), "--cache-dir", str(cache_dir)])
+    return SimpleNamespace(code=code, printed=printed.getvalue(), out=out, step_summary=step_summary)
+
+
+def test_run_writes_results_summary_and_step_summary(passing_run):
+    out = passing_run.out
+    assert passing_run.code == 0
+    printed = passing_run.printed
     assert "[1/1] PASS  tiny-qwen3/fsdp2/dp2/fp32/cpu" in printed
     assert "1 scenarios in" in printed and "per-scenario overhead" in printed
     result = json.loads((out / "results.jsonl").read_text())
@@ -27,15 +43,13 @@ def test_run_writes_results_summary_and_step_summary(write_yaml, tmp_path, cache
     assert result["provenance"]["rank0_cpu_cores"] == (cores and cores[:max(1, len(cores) // 2)])
     summary = (out / "summary.md").read_text()
     assert "| tiny-qwen3/fsdp2/dp2/fp32/cpu" in summary and "| PASS" in summary
-    assert step_summary.read_text() == summary + "\n"
+    assert passing_run.step_summary.read_text() == summary + "\n"
     record_dir = out / "records" / "tiny-qwen3__fsdp2__dp2__fp32__cpu"
     assert (record_dir / "record.json").is_file() and (record_dir / "tensors.safetensors").is_file()
 
 
-def test_failure_exits_1_and_report_merges_shards(write_yaml, tmp_path, cache_dir, capsys):
-    shard_a, shard_b = tmp_path / "a", tmp_path / "b"
-    assert main(["run", str(write_yaml(PASSING, "a.yaml")), "--out", str(shard_a), "--cache-dir",
-                 str(cache_dir)]) == 0
+def test_failure_exits_1_and_report_merges_shards(passing_run, write_yaml, tmp_path, cache_dir, capsys):
+    shard_a, shard_b = passing_run.out, tmp_path / "b"
     assert main(["run", str(write_yaml(FAILING, "b.yaml")), "--out", str(shard_b), "--cache-dir",
                  str(cache_dir)]) == 1
     capsys.readouterr()
@@ -70,20 +84,16 @@ def test_k_that_matches_nothing_is_bad_input(capsys):
     assert "no scenario matches -k 'no-such-model'" in capsys.readouterr().err
 
 
-def test_golden_and_single_rank_references(write_yaml, tmp_path, cache_dir, capsys):
+def test_golden_and_single_rank_references(passing_run, write_yaml, tmp_path, cache_dir, capsys):
     """A record directory is a golden (how a GPU run becomes the reference of an NPU run); single_rank compares
     an engine with itself on one rank."""
-    first = tmp_path / "first"
-    assert main(["run", str(write_yaml(PASSING, "first.yaml")), "--out", str(first), "--cache-dir",
-                 str(cache_dir)]) == 0
-    golden = first / "records" / "tiny-qwen3__fsdp2__dp2__fp32__cpu"
+    golden = passing_run.out / "records" / "tiny-qwen3__fsdp2__dp2__fp32__cpu"
     second = write_yaml(f"""
         defaults: {{model: tiny-qwen3, strategy: fsdp2}}
         matrix:
           - {{layout: {{ulysses: 2}}, reference: "golden:{golden}"}}
           - {{layout: {{dp: 2}}, reference: single_rank}}
     """, "second.yaml")
-    capsys.readouterr()
     assert main(["run", str(second), "--out", str(tmp_path / "second"), "--cache-dir", str(cache_dir)]) == 0
     lines = [json.loads(line) for line in (tmp_path / "second" / "results.jsonl").read_text().splitlines()]
     assert [r["verdict"] for r in lines] == ["PASS", "PASS"]

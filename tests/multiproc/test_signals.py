@@ -11,9 +11,15 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from parity.harness.contract.schema import Scenario
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(),
+                                reason="finds the run's processes through /proc")
 
 SCENARIOS = """\
 defaults: {device: cpu, timeout: 300}
@@ -57,26 +63,54 @@ COMMANDS = {
 }
 
 
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the run's processes through /proc")
+@dataclass
+class Started:
+    proc: subprocess.Popen[bytes]
+    out: Path
+    tag: str
+    """PARITY_SIGNAL_TEST's value in the environment of everything this entry point started."""
+    log: Path
+    """Its stdout and stderr: a pipe nobody reads while another entry point is tested could fill and stall it."""
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture(scope="module")
+def started(tmp_path_factory, cache_dir, runner):
+    """Every entry point started at once: each spends most of its 8-19 s importing torch in fresh interpreters and
+    waiting on its ranks, so on 2 cores the three overlap (one after the other they took ~37 s); each test then
+    signals its own once its ranks hang. The shared reference is computed first, so that no two of them write
+    it at the same time."""
+    assert runner._reference(Scenario(model="tiny-qwen3", strategy="hf")).ok  # both rows' (default workload)
+    runs = {}
+    for entry in sorted(COMMANDS):
+        work = tmp_path_factory.mktemp(entry)
+        (work / "s.yaml").write_text(SCENARIOS)
+        out, tag = work / "out", uuid.uuid4().hex
+        args = [a.format(out=out, cache=cache_dir) for a in COMMANDS[entry]]
+        with (work / "output.log").open("wb") as log:
+            proc = subprocess.Popen([sys.executable, *args], cwd=work, stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "PARITY_SIGNAL_TEST": tag})
+        runs[entry] = Started(proc, out, tag, work / "output.log")
+    yield runs
+    for run in runs.values():
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait(timeout=30)
+
+
 @pytest.mark.parametrize("entry", sorted(COMMANDS))
-def test_sigterm_kills_every_rank_and_reports_what_finished(tmp_path, cache_dir, entry):
+def test_sigterm_kills_every_rank_and_reports_what_finished(started, entry):
     """Both launchers under `parity run`, and pytest (whose plugin installs the same handling)."""
-    (tmp_path / "s.yaml").write_text(SCENARIOS)
-    out, tag = tmp_path / "out", f"PARITY_SIGNAL_TEST={uuid.uuid4().hex}"
-    name, value = tag.split("=")
-    args = [a.format(out=out, cache=cache_dir) for a in COMMANDS[entry]]
-    proc = subprocess.Popen([sys.executable, *args], cwd=tmp_path, env={**os.environ, name: value},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        hung = lambda: any("injected hang" in p.read_text(errors="replace")  # noqa: E731
-                           for p in (out / "records").rglob("*.log"))
-        assert wait_for(hung, 240), proc.communicate(timeout=5)[0].decode()[-3000:]
-        proc.send_signal(signal.SIGTERM)
-        output = proc.communicate(timeout=60)[0].decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    run = started[entry]
+    proc, out, value = run.proc, run.out, run.tag
+    hung = lambda: any("injected hang" in p.read_text(errors="replace")  # noqa: E731
+                       for p in (out / "records").rglob("*.log"))
+    assert wait_for(hung, 240), run.output()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, run.output()
     assert wait_for(lambda: not tagged_pids(value), 10), f"left behind: {tagged_pids(value)}"
     results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [(r["id"], r["verdict"]) for r in results] == [

@@ -24,6 +24,7 @@ from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import skip_reason
 from parity.harness.options import add_options, run_options
 from parity.harness.run.launch import Interrupted, start_forkserver
+from parity.harness.run.preload import forkserver_preload
 from parity.reports import history
 from parity.reports import results as results_file
 from parity.reports.progress import RunProgress
@@ -45,8 +46,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_runnable(scenarios)
     options = run_options(lambda name: getattr(args, name))
     results_file.reset(options.out_dir)
-    if (first_server := options.early_forkserver(scenarios)) is not None:
-        start_forkserver(*first_server)
+    if options.forks_here(scenarios):
+        start_forkserver(*forkserver_preload(scenarios))
     from parity.harness.runner import Runner
     from parity.reports.publish import publish
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from parity.harness.config.errors import ScenarioError
-from parity.harness.run.preload import early_forkserver, launcher_for
+from parity.harness.run.preload import forks_here, launcher_for
 
 if TYPE_CHECKING:
     from parity.harness.contract.schema import Scenario
@@ -35,8 +35,8 @@ class RunOptions:
     def launcher_for(self, scenario: Scenario) -> Literal["forked", "torchrun"]:
         return launcher_for(scenario, self.launcher, self.node_rank)
 
-    def early_forkserver(self, scenarios: list[Scenario]) -> tuple[list[str], list[str]] | None:
-        return early_forkserver(scenarios, self.launcher, self.node_rank)
+    def forks_here(self, scenarios: list[Scenario]) -> bool:
+        return forks_here(scenarios, self.launcher, self.node_rank)
 
     @property
     def judges(self) -> bool:

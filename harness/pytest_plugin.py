@@ -250,10 +250,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     parity = session.config.stash[SESSION]
     parity.scenarios[:] = [item.scenario for item in session.items if isinstance(item, ScenarioItem)]
     if parity.scenarios:  # the session's first forkserver (maybe a test's) preloads for the items too
-        expect_preload(forkserver_preload(parity.scenarios)[0])
-        first_server = parity.options.early_forkserver(parity.scenarios)
-        if first_server is not None and not session.config.option.collectonly:
-            start_forkserver(*first_server)  # importing while pytest starts the first items
+        preload, exclude = forkserver_preload(parity.scenarios)
+        expect_preload(preload)
+        if parity.options.forks_here(parity.scenarios) and not session.config.option.collectonly:
+            start_forkserver(preload, exclude)  # importing while pytest starts the first items
 
 
 @pytest.hookimpl(wrapper=True)

@@ -36,11 +36,7 @@ def launcher_for(scenario: Scenario, asked: str, node_rank: int | None) -> Liter
     return "torchrun" if asked == "torchrun" or multi_node else "forked"
 
 
-def early_forkserver(scenarios: Iterable[Scenario], asked: str,
-                     node_rank: int | None) -> tuple[list[str], list[str]] | None:
-    """forkserver_preload of all the planned scenarios (what the Runner planning them asks its first launch for),
-    or None when none of them would be forked here: nothing to start early."""
-    planned = list(scenarios)
-    if not any(skip_reason(s) is None and launcher_for(s, asked, node_rank) == "forked" for s in planned):
-        return None
-    return forkserver_preload(planned)
+def forks_here(scenarios: Iterable[Scenario], asked: str, node_rank: int | None) -> bool:
+    """Whether any of these planned scenarios runs here on the forked launcher: only then is there a forkserver to
+    start before the first launch (the one forkserver_preload of the same scenarios gives, as the Runner's does)."""
+    return any(skip_reason(s) is None and launcher_for(s, asked, node_rank) == "forked" for s in scenarios)

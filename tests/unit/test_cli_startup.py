@@ -11,7 +11,6 @@ import pytest
 
 from parity.harness.contract.schema import Scenario
 from parity.harness.options import RunOptions
-from parity.harness.run.preload import forkserver_preload
 from tests.conftest import REPO
 
 HEAVY = ("torch", "matplotlib")
@@ -62,6 +61,5 @@ FORKED = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2})
     (RunOptions(), [FORKED.model_copy(update={"layout": FORKED.layout.model_copy(update={"nodes": 2})})], False),
     (RunOptions(), [FORKED.model_copy(update={"device": "npu"})], False),  # skipped here: nothing to fork
 ])
-def test_the_early_forkserver_is_the_one_the_runner_asks_for_and_only_where_a_run_is_forked(options, scenarios,
-                                                                                               starts):
-    assert options.early_forkserver(scenarios) == (forkserver_preload(scenarios) if starts else None)
+def test_a_forkserver_is_started_early_only_where_a_planned_run_is_forked_here(options, scenarios, starts):
+    assert options.forks_here(scenarios) is starts

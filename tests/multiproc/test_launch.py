@@ -101,8 +101,11 @@ import time
 
 def server():
     pid = forkserver._forkserver._forkserver_pid
-    for _ in range(500):  # /proc/PID/cmdline reads empty until the spawned server has exec'd
-        if "forkserver" in (cmdline := open(f"/proc/{pid}/cmdline").read()):
+    # until the spawned server has exec'd, /proc/PID/cmdline reads empty or as this process's own (which names
+    # forkserver too): wait for another command line
+    own = open("/proc/self/cmdline").read()
+    for _ in range(500):
+        if (cmdline := open(f"/proc/{pid}/cmdline").read()) not in ("", own):
             return pid, cmdline
         time.sleep(0.01)
     raise AssertionError(f"forkserver {pid} never started")

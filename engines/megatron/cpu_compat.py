@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch._dynamo
 import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
@@ -231,6 +232,11 @@ class CpuCompat:
         self._set(mappings, "_reduce_scatter_along_first_dim",
                   _reduce_scatter_first_dim_gloo(mappings._reduce_scatter_along_first_dim))
         self._set(torch_norm.WrappedTorchNorm, "__new__", _torch_norm_new)
+        # torch.compile'd functions run eagerly: Megatron decorates fusions with `jit_fuser`, which is torch.compile
+        # on torch >= 2.2 (megatron/core/jit.py), so every forked rank traced and compiled them from a cold cache
+        # (dynamo, then inductor's C++). What the CPU matrix reaches is TopKRouter._apply_expert_bias, a no-op
+        # without expert bias: compiling it was ~15 % of a MoE row's time; eager is bit-identical on all 16 rows
+        self._set(torch._dynamo.config, "disable", True)
         self._mode = CudaToCpuMode()
         self._mode.__enter__()
 

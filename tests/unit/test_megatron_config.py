@@ -105,3 +105,28 @@ def test_cpu_shim_restores_everything() -> None:
     assert patched_things() == before
     assert torch.zeros(1).type() == "torch.FloatTensor"
 
+
+def test_cpu_shim_runs_compiled_functions_eagerly_and_restores_dynamo() -> None:
+    """Megatron's jit_fuser is torch.compile: under the shim a compiled function runs eagerly (dynamo compiles
+    no frame: a cold compile per forked rank cost more than the function), with the same result; afterwards
+    dynamo compiles again."""
+    from torch._dynamo.utils import counters
+
+    from parity.engines.megatron.cpu_compat import CpuCompat
+
+    def frames_compiled(fn: Any, x: torch.Tensor) -> tuple[int, torch.Tensor]:
+        before = counters["frames"]["ok"]
+        out = fn(x)
+        return counters["frames"]["ok"] - before, out
+
+    x = torch.arange(6.0)
+    shim = CpuCompat()
+    shim.apply()
+    try:
+        compiled, out = frames_compiled(torch.compile(lambda t: t * 2 + 1, backend="eager"), x)
+    finally:
+        shim.restore()
+    assert compiled == 0 and torch.equal(out, x * 2 + 1)
+    compiled, out = frames_compiled(torch.compile(lambda t: t * 3 - 1, backend="eager"), x)
+    assert compiled == 1 and torch.equal(out, x * 3 - 1)
+

@@ -151,6 +151,34 @@ def pytest_configure(config: pytest.Config) -> None:
     if not session.worker and config.pluginmanager.hasplugin("dsession"):  # xdist controller: drop old shards
         for shard in session.out_dir.glob("gw*"):
             shutil.rmtree(shard, ignore_errors=True)
+    if not config.option.collectonly and not session.controller:  # a controller runs no item
+        _start_forkserver_for_files(config, session)
+
+
+def _scenario_files(config: pytest.Config) -> list[Path]:
+    """The scenario files among the session's arguments (testpaths when none), before pytest collects them."""
+    files: list[Path] = []
+    for arg in config.args:
+        path = Path(str(arg).split("::")[0])
+        found = sorted(p for p in path.rglob("*.y*ml") if p.is_file()) if path.is_dir() else [path]
+        files += [p for p in found if p.suffix in (".yaml", ".yml") and _is_scenario_file(p, config)]
+    return files
+
+
+def _start_forkserver_for_files(config: pytest.Config, session: ParitySession) -> None:
+    """Start the forkserver before collection, for every row of the session's scenario files: collecting the test
+    modules keeps one core busy for ~7-15 s while the other idles, and the server's imports (torch, transformers,
+    megatron: ~6-13 s of CPU) fit there. At collection finish the selected rows ask for a subset of that preload,
+    which the running server serves (launch's reuse rule); a selection it cannot serve (the server holds what a
+    selected engine must patch first) restarts it with the right preload, as any launch would. Bad files are left
+    to collection, which names them."""
+    try:
+        scenarios = with_device([s for f in _scenario_files(config) for s in load_file(f)],
+                                config.getoption("parity_device"))
+    except (ScenarioError, OSError):
+        return
+    if scenarios and session.options.forks_here(scenarios):
+        start_forkserver(*forkserver_preload(scenarios))
 
 
 def _is_scenario_file(file_path: Path, config: pytest.Config) -> bool:

@@ -22,8 +22,12 @@ def _project(pytester, cache_dir: Path) -> None:
     pytester.makeini(f"[pytest]\naddopts = --parity-cache-dir={cache_dir} -p no:cacheprovider\n")
 
 
-def test_collects_one_item_per_scenario_with_marks(pytester, cache_dir):
+def test_collects_one_item_per_scenario_with_marks(pytester, cache_dir, monkeypatch):
+    from parity.harness import pytest_plugin
+
     _project(pytester, cache_dir)
+    started = []
+    monkeypatch.setattr(pytest_plugin, "start_forkserver", lambda *server: started.append(server))
     result = pytester.runpytest_inprocess("-m", "nightly", "--collect-only", "-q")
     result.stdout.fnmatch_lines([
         "scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/fp32/cpu",
@@ -34,6 +38,7 @@ def test_collects_one_item_per_scenario_with_marks(pytester, cache_dir):
     ])
     pr_only = pytester.runpytest_inprocess("-m", "pr and not npu", "--collect-only", "-q")
     pr_only.stdout.fnmatch_lines(["scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/fp32/cpu", "1/4 tests collected*"])
+    assert started == []  # collecting runs nothing: no forkserver
 
 
 def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatch):
@@ -43,9 +48,16 @@ def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatc
     _project(pytester, cache_dir)
     junit = pytester.path / "junit.xml"
     monkeypatch.setattr(launch, "_expected", [])
-    started = []
-    monkeypatch.setattr(pytest_plugin, "start_forkserver",
-                        lambda *server: started.append(server) or launch.start_forkserver(*server))
+    started = []  # (preload, scenario files collected so far, pid of the server running afterwards) per call
+    collected = []
+    collect = pytest_plugin.ScenarioFile.collect
+    monkeypatch.setattr(pytest_plugin.ScenarioFile, "collect", lambda self: collected.append(self) or collect(self))
+
+    def start(preload, exclude):
+        launch.start_forkserver(preload, exclude)
+        started.append((preload, len(collected), launch._server[0]))
+
+    monkeypatch.setattr(pytest_plugin, "start_forkserver", start)
     # the nested session runs its scenarios on this session's warm forkserver (a pytest process spends ~6 s
     # starting one)
     result = pytester.runpytest_inprocess("-m", "nightly", f"--junitxml={junit}", "--parity-out=out")
@@ -64,8 +76,11 @@ def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatc
     assert {"logprob_max_abs", "grad_norm_rel_max", "verdict"} <= properties.keys()
     # announced at collection, for whichever launch starts the session's forkserver first (a test's, often)
     assert "parity.engines.fsdp2" in launch._expected and "transformers.models.qwen3.modeling_qwen3" in launch._expected
-    # and started at collection, importing while the first items start (once: the runner reuses it)
-    assert len(started) == 1 and "parity.engines.fsdp2" in started[0][0]
+    # and started before collection for the file's rows, importing while pytest collects; the selected rows'
+    # preload at collection finish is served by that server, and so is the runner (one server in all)
+    assert [files for _, files, _ in started] == [0, 1]
+    assert all("parity.engines.fsdp2" in preload for preload, _, _ in started)
+    assert len({pid for _, _, pid in started}) == 1 and launch._server[0] == started[0][2]
 
 
 def test_k_selects_ids_and_bad_files_are_collection_errors(pytester, cache_dir):

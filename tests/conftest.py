@@ -4,6 +4,7 @@ write scenario files and run the CLI in a subprocess."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -31,10 +32,37 @@ MULTIPROC = Path(__file__).parent / "multiproc"
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests under tests/multiproc and scenario items launch real ranks: marked, so `-m "not multiprocess"`
-    runs the pure unit tests."""
+    runs the pure unit tests. Scenario items run first: a test's clean twin that is one of them (the same run)
+    takes its verdict instead of running it again (SessionRunner)."""
     for item in items:
         if MULTIPROC in Path(str(item.path)).parents or type(item).__name__ == "ScenarioItem":
             item.add_marker("multiprocess")
+    items.sort(key=lambda item: type(item).__name__ != "ScenarioItem")  # stable: each group keeps its order
+
+
+def _run_key(scenario: Scenario) -> str:
+    """What makes two scenarios the same run and the same judgement (marks, source and timeout do not)."""
+    return scenario.model_dump_json(exclude={"marks", "source", "timeout"})
+
+
+#: verdicts of this session's scenario items (the plugin's runs), by _run_key, with their record directories
+ITEM_RUNS: dict[str, tuple[Verdict, Path]] = {}
+
+
+@pytest.hookimpl(trylast=True)  # after the parity plugin has set up its session
+def pytest_configure(config: pytest.Config) -> None:
+    from parity.harness.options import slug
+    from parity.harness.pytest_plugin import SESSION
+
+    session = config.stash[SESSION]
+    run = session.run
+
+    def run_and_keep(scenario: Scenario) -> Verdict:
+        verdict = run(scenario)
+        ITEM_RUNS[_run_key(scenario)] = (verdict, session.options.out_dir / "records" / slug(scenario.id))
+        return verdict
+
+    session.run = run_and_keep
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +76,9 @@ def cache_dir(pytestconfig: pytest.Config) -> Path:
 
 class SessionRunner(Runner):
     """The Runner the tests share. A scenario identical field for field to one run earlier in the session returns
-    that run's verdict (its record stays under out_dir): a clean twin several tests judge runs once."""
+    that run's verdict (its record stays under out_dir): a clean twin several tests judge runs once. One that a
+    scenario item of this session already ran to a verdict (PASS or FAIL: it finished, so its timeout did not
+    matter) takes that verdict, and its record is copied under out_dir as if it had run here."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -57,8 +87,15 @@ class SessionRunner(Runner):
     def run_scenario(self, scenario: Scenario) -> Verdict:
         key = scenario.model_dump_json(exclude={"marks", "source"})
         if key not in self._verdicts:
-            self._verdicts[key] = super().run_scenario(scenario)
+            self._verdicts[key] = self._from_items(scenario) or super().run_scenario(scenario)
         return self._verdicts[key]
+
+    def _from_items(self, scenario: Scenario) -> Verdict | None:
+        verdict, records = ITEM_RUNS.get(_run_key(scenario), (None, None))
+        if verdict is None or verdict.status not in ("PASS", "FAIL") or not records.is_dir():
+            return None
+        shutil.copytree(records, self._record_dir(scenario), dirs_exist_ok=True)
+        return verdict
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from parity.harness.options import slug
     from parity.harness.pytest_plugin import SESSION
 
+    if SESSION not in config.stash:  # `-p no:parity` (the emulated op cases' own process)
+        return
     session = config.stash[SESSION]
     run = session.run
 

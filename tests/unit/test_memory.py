@@ -5,9 +5,7 @@ against what a CPU run measures."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
+import multiprocessing
 
 import pytest
 
@@ -16,6 +14,7 @@ from parity.harness.config.memory import estimate, param_counts
 from parity.harness.config.validate import MemoryPlanWarning, check_memory
 from parity.harness.contract.schema import Scenario
 from tests.conftest import DATA, REPO
+from tests.unit import memory_probe
 
 CONFIGS = DATA / "configs"
 BIG = {"batch_size": 16, "prompt_len": 512, "response_len": 512, "steps": 3}
@@ -85,33 +84,22 @@ def test_validation_warns_over_and_refuses_impossible():
                               dtype="bf16", workload=BIG))
 
 
-MEASURE = textwrap.dedent("""
-    import json, resource, sys
-    import torch, transformers
-    from parity.harness.config.memory import estimate
-    from parity.harness.contract.schema import Scenario
-    cfg = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
-               num_attention_heads=8, num_key_value_heads=4, head_dim=64, tie_word_embeddings=False)
-    def rss(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    torch.manual_seed(0)
-    base = rss()
-    model = transformers.AutoModelForCausalLM.from_config(transformers.Qwen3Config(**cfg), dtype=torch.float32)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, 32000, (4, 32))
-    for _ in range(2):
-        model(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad(set_to_none=False)
-    scenario = Scenario(model="x", strategy="hf", workload={"batch_size": 4, "prompt_len": 16, "response_len": 16})
-    plan = estimate(scenario, {**cfg, "model_type": "qwen3"})
-    print(json.dumps({"measured": rss() - base, "estimated": plan.total}))
-""")
-
-
 def test_estimate_is_the_right_order_of_magnitude_on_cpu():
     """The estimate against what a CPU run measures as the harness does (peak RSS, devices.peak_memory_bytes),
     minus the process's RSS before the model exists: tiny models are too small for this (their states are KBs
     next to ~0.4 GB of runtime), so a 60 M-parameter Qwen3 (fp32 weights + grads + AdamW ~ 1 GB) is trained two
-    steps in a fresh process."""
-    proc = subprocess.run([sys.executable, "-c", MEASURE], capture_output=True, text=True, timeout=300, check=True)
-    numbers = json.loads(proc.stdout.strip().splitlines()[-1])
+    steps in a process of its own, forked from the forkserver as ranks are (memory_probe)."""
+    context = multiprocessing.get_context("forkserver")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=memory_probe.measure, args=(send,))
+    child.start()
+    send.close()
+    try:
+        assert receive.poll(300), "the measuring process sent nothing in 300 s"
+        numbers = receive.recv()  # EOFError: it died first
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
     ratio = numbers["measured"] / numbers["estimated"]
     assert 0.5 < ratio < 2.0, numbers

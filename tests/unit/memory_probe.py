@@ -1,11 +1,9 @@
 """test_memory's measurement, run in a process forked from the session's warm forkserver as the harness's ranks
-are (torch and transformers already imported: a fresh interpreter spent ~8 s importing them). Its own module so
-that the child imports nothing else of the tests."""
+are (tests/forked.py). Its own module so that the child imports nothing else of the tests."""
 
 from __future__ import annotations
 
 import resource
-from multiprocessing.connection import Connection
 
 QWEN3_60M = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
                  num_attention_heads=8, num_key_value_heads=4, head_dim=64, tie_word_embeddings=False)
@@ -16,8 +14,8 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure(conn: Connection) -> None:
-    """Train the 60 M-parameter Qwen3 two steps; send the peak RSS it added and the plan's estimate."""
+def measure() -> dict[str, int]:
+    """Train the 60 M-parameter Qwen3 two steps: the peak RSS it added and the plan's estimate."""
     import torch
     import transformers
 
@@ -35,5 +33,4 @@ def measure(conn: Connection) -> None:
         opt.zero_grad(set_to_none=False)
     scenario = Scenario(model="x", strategy="hf", workload={"batch_size": 4, "prompt_len": 16, "response_len": 16})
     plan = estimate(scenario, {**QWEN3_60M, "model_type": "qwen3"})
-    conn.send({"measured": peak_rss() - base, "estimated": plan.total})
-    conn.close()
+    return {"measured": peak_rss() - base, "estimated": plan.total}

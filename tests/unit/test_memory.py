@@ -5,7 +5,6 @@ against what a CPU run measures."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 
 import pytest
 
@@ -14,6 +13,7 @@ from parity.harness.config.memory import estimate, param_counts
 from parity.harness.config.validate import MemoryPlanWarning, check_memory
 from parity.harness.contract.schema import Scenario
 from tests.conftest import DATA, REPO
+from tests.forked import run_forked
 from tests.unit import memory_probe
 
 CONFIGS = DATA / "configs"
@@ -89,17 +89,6 @@ def test_estimate_is_the_right_order_of_magnitude_on_cpu():
     minus the process's RSS before the model exists: tiny models are too small for this (their states are KBs
     next to ~0.4 GB of runtime), so a 60 M-parameter Qwen3 (fp32 weights + grads + AdamW ~ 1 GB) is trained two
     steps in a process of its own, forked from the forkserver as ranks are (memory_probe)."""
-    context = multiprocessing.get_context("forkserver")
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=memory_probe.measure, args=(send,))
-    child.start()
-    send.close()
-    try:
-        assert receive.poll(300), "the measuring process sent nothing in 300 s"
-        numbers = receive.recv()  # EOFError: it died first
-    finally:
-        child.join(30)
-        if child.is_alive():
-            child.kill()
+    numbers = run_forked(memory_probe.measure)
     ratio = numbers["measured"] / numbers["estimated"]
     assert 0.5 < ratio < 2.0, numbers

@@ -45,6 +45,13 @@ MEGATRON = EngineSpec(
     rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,),
     preload=("transformers", "megatron.core", "parity.engines.megatron.model"))
 
+#: what the MindSpeed engines' forkserver may import before MindSpeed patches: torch_npu imports torch's FSDP, FSDP2
+#: and DTensor modules itself at import, to patch them (torch_npu/distributed/__init__.py, _apply_distributed_patch),
+#: so they are in sys.modules when MindSpeed's adaptor patches in any case; imported in each rank they cost ~2.7 s of
+#: a tiny emulated-lane row's ~10. Megatron and MindSpeed stay out (preload_excludes), and so do the HF modeling
+#: modules (registries built at import would keep functions MindSpeed replaces later)
+MINDSPEED_PRELOAD = ("transformers", "torch.distributed.fsdp")
+
 MINDSPEED_MEGATRON = EngineSpec(
     name="mindspeed_megatron", engine="parity.engines.mindspeed_megatron:MindSpeedMegatronEngine",
     summary="the Megatron engine with Ascend MindSpeed's adaptor re-patched for the layout",
@@ -56,7 +63,7 @@ MINDSPEED_MEGATRON = EngineSpec(
                                                 why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),
               MEGATRON_CORE),
     environment_check="parity.engines.mindspeed_env:megatron_pairing_problem",
-    devices=("npu",), preload=("transformers",), preload_excludes=("megatron", "mindspeed"))
+    devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("megatron", "mindspeed"))
 
 MINDSPEED_FSDP = EngineSpec(
     name="mindspeed_fsdp", engine="parity.engines.mindspeed_fsdp:MindSpeedFSDPEngine",
@@ -67,7 +74,7 @@ MINDSPEED_FSDP = EngineSpec(
         module="mindspeed.fsdp.mindspeed_parallel_engine",
         why="needs a mindspeed with the mindspeed.fsdp package (MindSpeed's FSDP parallel engine; branch master "
             "or 26.1.0_core_r0.12.1)")),
-    devices=("npu",), preload=("transformers",), preload_excludes=("mindspeed",))
+    devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("mindspeed",))
 
 def fsdp2_layout_errors(scenario: object, shape: object) -> list[tuple[str, str]]:
     """fsdp2 splits the inner mesh dimension one way: the sequence (Ulysses) or the heads (TP), not both."""

@@ -49,16 +49,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if options.forks_here(scenarios):
         start_forkserver(*forkserver_preload(scenarios))
     from parity.harness.runner import Runner
+    from parity.reports.early_figures import EarlyFigures
     from parity.reports.publish import publish
 
     runner = Runner(options, scenarios)
     started = time.perf_counter()
     collected: list[dict] = []
+    early = EarlyFigures()
 
     def on_result(verdict: Verdict) -> None:
         result = verdict.to_json()
         results_file.append(options.out_dir, result)
         collected.append(result)
+        early.submit(result)
         progress.finished(result)
 
     print(f"running {len(scenarios)} scenarios -> {options.out_dir}/", flush=True)
@@ -66,10 +69,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         with RunProgress(len(scenarios)) as progress:
             runner.run(scenarios, on_result)
     except Interrupted as exc:  # the running scenario is recorded as ERROR; report what finished, exit 128+N
-        publish(options.out_dir, collected, time.perf_counter() - started)
+        publish(options.out_dir, collected, time.perf_counter() - started, early=early)
         print(f"parity: {exc}", file=sys.stderr)
         return 128 + exc.signum
-    publish(options.out_dir, collected, time.perf_counter() - started)
+    publish(options.out_dir, collected, time.perf_counter() - started, early=early)
     return EXIT_FAILED if any(r["verdict"] in ("FAIL", "ERROR") for r in collected) else EXIT_OK
 
 

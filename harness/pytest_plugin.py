@@ -32,6 +32,7 @@ from parity.harness.run.preload import forkserver_preload
 if TYPE_CHECKING:  # the runner and the judge import torch: only a session that runs a scenario pays for it
     from parity.harness.judge.verdict import Verdict
     from parity.harness.runner import Runner
+    from parity.reports.early_figures import EarlyFigures
 
 MARKERS = {
     "nightly": "scenario runs in the nightly matrix",
@@ -68,6 +69,8 @@ class ParitySession:
                 shutil.rmtree(stale, ignore_errors=True)
         self.scenarios: list[Scenario] = []
         self.results: list[dict[str, Any]] = []
+        self._early: EarlyFigures | None = None
+        """The report's figures, drawn as results come (not by xdist workers: the controller draws the page)."""
         self._runner: Runner | None = None
         self._started = time.perf_counter()
 
@@ -107,6 +110,12 @@ class ParitySession:
         result = verdict.to_json()
         results_file.append(self.options.out_dir, result)
         self.results.append(result)
+        if not self.worker:
+            if self._early is None:
+                from parity.reports.early_figures import EarlyFigures
+
+                self._early = EarlyFigures()
+            self._early.submit(result)
 
     def publish(self, terminal: Any) -> None:
         """Print and write the table; under xdist only the controller does, over every worker's shard."""
@@ -127,7 +136,7 @@ class ParitySession:
             for result in merged:
                 results_file.append(self.out_dir, result)
         buffer = io.StringIO()
-        publish(self.out_dir, merged, time.perf_counter() - self._started, stream=buffer)
+        publish(self.out_dir, merged, time.perf_counter() - self._started, stream=buffer, early=self._early)
         terminal.write_sep("=", "parity summary")
         terminal.write(buffer.getvalue())
 

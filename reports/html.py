@@ -104,8 +104,10 @@ def layouts_section(results: list[dict[str, Any]]) -> str:
 
 
 def render(results: list[dict[str, Any]], wall_s: float | None = None, title: str = "Parity results",
-           trends: dict[str, str] | None = None, drift: list[str] | None = None) -> str:
-    """The page. `trends`: run id -> trend PNG; `drift`: one line per flagged change (reports/history.py)."""
+           trends: dict[str, str] | None = None, drift: list[str] | None = None,
+           figures: list[str | None] | None = None) -> str:
+    """The page. `trends`: run id -> trend PNG; `drift`: one line per flagged change (reports/history.py);
+    `figures`: each result's scenario figure when drawn already (reports/early_figures.py), else drawn here."""
     trends = trends or {}
     body = [f"<h1>{html.escape(title)}</h1>", f"<p>{html.escape(summary_line(results, wall_s))}</p>",
             summary_table(results)]
@@ -114,7 +116,7 @@ def render(results: list[dict[str, Any]], wall_s: float | None = None, title: st
                  *(f'<li class="reason">{html.escape(line)}</li>' for line in drift), "</ul>"]
     body.append(layouts_section(results))
     body.append("<h2>Scenarios</h2>")
-    figures = plots.scenario_figures(results)
+    figures = plots.scenario_figures(results) if figures is None else figures
     body += [scenario_section(r, trends.get(r["id"]), figure) for r, figure in zip(results, figures, strict=True)]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{STYLE}</style></head>\n<body>\n" + "\n".join(body)

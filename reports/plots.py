@@ -174,5 +174,19 @@ def _drawn(proc: subprocess.Popen[bytes], expected: int) -> list[str | None] | N
     return drawn if ok else None
 
 
-if __name__ == "__main__":  # a worker of scenario_figures: JSON results on stdin, their figures on stdout
-    sys.stdout.write(json.dumps([scenario_figure(result) for result in json.load(sys.stdin)]))
+def _stream(path: str) -> None:
+    """The worker of reports/early_figures.py: one JSON result per stdin line as the run records it, one figure per
+    line of `path`, flushed, at the lowest CPU priority (it draws in the time the run leaves idle)."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.nice here
+        os.nice(19)
+    with open(path, "w") as out:
+        for line in sys.stdin:
+            out.write(json.dumps(scenario_figure(json.loads(line))) + "\n")
+            out.flush()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--stream"]:
+        _stream(sys.argv[2])
+    else:  # a worker of scenario_figures: JSON results on stdin, their figures on stdout
+        sys.stdout.write(json.dumps([scenario_figure(result) for result in json.load(sys.stdin)]))

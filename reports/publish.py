@@ -7,15 +7,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from parity.reports import html
+from parity.reports.early_figures import EarlyFigures
 from parity.reports.markdown import append_step_summary, render, write_summary
 from parity.reports.terminal import print_report
 
 
 def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None = None,
             stream: TextIO | None = None, page: bool = True, trends: dict[str, str] | None = None,
-            drift: list[str] | None = None) -> Path:
+            drift: list[str] | None = None, early: EarlyFigures | None = None) -> Path:
     """Terminal table, OUT/summary.md, OUT/report.html (unless page=False), and $GITHUB_STEP_SUMMARY when set.
-    Returns the summary path."""
+    `early`: the figures the run drew as its results came. Returns the summary path."""
     stream = stream or sys.stdout
     print_report(results, wall_s, stream)
     text = render(results, wall_s)
@@ -23,6 +24,8 @@ def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None =
     append_step_summary(text)
     where = f"summary: {path}  results: {out_dir / 'results.jsonl'}"
     if page:
-        where += f"  report: {html.write(out_dir, html.render(results, wall_s, trends=trends, drift=drift))}"
+        figures = early.figures(results) if early is not None else None
+        page_html = html.render(results, wall_s, trends=trends, drift=drift, figures=figures)
+        where += f"  report: {html.write(out_dir, page_html)}"
     print(where, file=stream)
     return path

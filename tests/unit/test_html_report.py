@@ -67,3 +67,44 @@ def test_a_figure_is_the_same_whatever_the_process_drew_before_it(monkeypatch):
     backward = [plots.scenario_figure(r) for r in reversed(variants)][::-1]
     assert forward == backward and None not in forward
     assert len({forward[0], forward[-2], forward[-1]}) == 3  # the panels left empty do show empty
+
+
+def _drawn_lines(early) -> int:
+    return len(early._out.read_text().splitlines()) if early._out and early._out.is_file() else 0
+
+
+def test_figures_drawn_during_the_run_are_the_figures_and_only_the_rest_is_drawn_at_the_end(monkeypatch):
+    """EarlyFigures: the background worker's figures are taken (not drawn again), a result it never got is drawn
+    at the end, and the page's figures are the bytes drawn in one process."""
+    import time
+
+    from parity.reports import early_figures, plots
+
+    results = [r | {"id": f"{r['id']}#{i}"} for i in range(2) for r in RESULTS[:2]]
+    serial = [plots.scenario_figure(r) for r in results]
+    asked = []
+    scenario_figures = plots.scenario_figures
+    monkeypatch.setattr(early_figures.plots, "scenario_figures",
+                        lambda missing: asked.append(missing) or scenario_figures(missing))
+    early = early_figures.EarlyFigures()
+    for result in results[:3]:
+        early.submit(result)
+    deadline = time.monotonic() + 60
+    while _drawn_lines(early) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert early.figures(results) == serial
+    assert asked == [[results[3]]]  # the worker's three were taken; only the unsubmitted one was drawn here
+
+
+def test_a_dead_figure_worker_loses_no_figure():
+    from parity.reports import early_figures, plots
+
+    results = [r | {"id": f"{r['id']}#{i}"} for i in range(2) for r in RESULTS[:2]]
+    serial = [plots.scenario_figure(r) for r in results]
+    early = early_figures.EarlyFigures()
+    early.submit(results[0])
+    early._proc.kill()  # dies before it drew; a later submit finds the pipe broken
+    early._proc.wait()
+    for result in results[1:]:
+        early.submit(result)
+    assert early.figures(results) == serial

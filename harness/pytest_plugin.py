@@ -8,6 +8,7 @@ properties. This module is wiring only: running, judging and rendering live else
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import signal
@@ -165,13 +166,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _scenario_files(config: pytest.Config) -> list[Path]:
-    """The scenario files among the session's arguments (testpaths when none), before pytest collects them."""
+    """The scenario files among the session's arguments (testpaths when none), before pytest collects them; the
+    walk skips what pytest's does not enter (ini norecursedirs: .venv, .git, build, ...)."""
+    skip = config.getini("norecursedirs")
     files: list[Path] = []
     for arg in config.args:
         path = Path(str(arg).split("::")[0])
-        found = sorted(p for p in path.rglob("*.y*ml") if p.is_file()) if path.is_dir() else [path]
+        found = [path]
+        if path.is_dir():
+            found = []
+            for root, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(d, pattern) for pattern in skip))
+                found += [Path(root, name) for name in sorted(names)]
         files += [p for p in found if p.suffix in (".yaml", ".yml") and _is_scenario_file(p, config)]
-    return files
+    return list({path.resolve(): path for path in files}.values())  # a file both walked and named: once
 
 
 def _start_forkserver_for_files(config: pytest.Config, session: ParitySession) -> None:

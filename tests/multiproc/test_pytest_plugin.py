@@ -104,3 +104,26 @@ def test_a_session_without_xdist_never_publishes_worker_shards_left_by_an_earlie
     result.assert_outcomes(passed=1)
     assert "stale/from/an/earlier/run" not in result.stdout.str()
     assert not (pytester.path / "out" / "summary.md").exists()
+
+
+def test_the_forkserver_guess_reads_the_scenario_files_pytest_will_collect(tmp_path, monkeypatch):
+    """Before collection the plugin finds the session's scenario files itself: those under a directory named
+    scenarios (or named on the command line), not those in directories pytest does not enter (.venv, build)."""
+    from parity.harness import pytest_plugin
+
+    for name in ("scenarios/a.yaml", "tests/scenarios/b.yml", "tests/c.yaml", ".venv/lib/scenarios/d.yaml",
+                 "build/scenarios/e.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("matrix: []\n")
+    (tmp_path / "extra.yaml").write_text("matrix: []\n")
+
+    class Config:
+        args = (".", "extra.yaml::row")
+
+        @staticmethod
+        def getini(name):
+            return {"norecursedirs": [".*", "build"], "parity_scenario_dirs": []}[name]
+
+    monkeypatch.chdir(tmp_path)
+    assert sorted(map(str, pytest_plugin._scenario_files(Config()))) == [
+        "extra.yaml", "scenarios/a.yaml", "tests/scenarios/b.yml"]

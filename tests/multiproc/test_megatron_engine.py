@@ -67,6 +67,7 @@ FAULTS = [
 ]
 
 
+@pytest.mark.megatron012
 @pytest.mark.parametrize(("scenario", "reason"), FAULTS, ids=[s.id for s, _ in FAULTS])
 def test_fault_fails_on_the_right_metric(runner: Runner, scenario: Scenario, reason: str) -> None:
     verdict = runner.run_scenario(scenario)
@@ -74,6 +75,7 @@ def test_fault_fails_on_the_right_metric(runner: Runner, scenario: Scenario, rea
     assert any(r.startswith(reason) for r in verdict.reasons), verdict.reasons
 
 
+@pytest.mark.megatron012
 def test_unknown_kwarg_is_not_reported_as_applied(runner: Runner) -> None:
     scenario = _scenario(layout={"dp": 2}, mcore_kwargs={"adam_eps": 1e-8, "not_a_megatron_field": 1},
                          name="unknown")
@@ -83,6 +85,7 @@ def test_unknown_kwarg_is_not_reported_as_applied(runner: Runner) -> None:
                                "applied by the engine)"]
 
 
+@pytest.mark.megatron012
 def test_every_fault_has_a_clean_twin() -> None:
     """The fault tests mean something only next to a PASS of the same scenario without the fault."""
     matrix = {s.id: s for s in load_file(REPO / "scenarios" / "cpu.yaml") if "pr" in s.marks}

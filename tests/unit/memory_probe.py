@@ -3,15 +3,8 @@ are (tests/forked.py). Its own module so that the child imports nothing else of 
 
 from __future__ import annotations
 
-import resource
-
 QWEN3_60M = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
                  num_attention_heads=8, num_key_value_heads=4, head_dim=64, tie_word_embeddings=False)
-
-
-def peak_rss() -> int:
-    """As devices.peak_memory_bytes reads it on CPU: the process's peak resident set."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def measure() -> dict[str, int]:
@@ -19,11 +12,12 @@ def measure() -> dict[str, int]:
     import torch
     import transformers
 
+    from parity.harness.config.devices import peak_memory_bytes
     from parity.harness.config.memory import estimate
     from parity.harness.contract.schema import Scenario
 
     torch.manual_seed(0)
-    base = peak_rss()
+    base = peak_memory_bytes("cpu")  # as the harness reads a CPU rank's peak
     model = transformers.AutoModelForCausalLM.from_config(transformers.Qwen3Config(**QWEN3_60M), dtype=torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, 32000, (4, 32))
@@ -33,4 +27,4 @@ def measure() -> dict[str, int]:
         opt.zero_grad(set_to_none=False)
     scenario = Scenario(model="x", strategy="hf", workload={"batch_size": 4, "prompt_len": 16, "response_len": 16})
     plan = estimate(scenario, {**QWEN3_60M, "model_type": "qwen3"})
-    return {"measured": peak_rss() - base, "estimated": plan.total}
+    return {"measured": peak_memory_bytes("cpu") - base, "estimated": plan.total}

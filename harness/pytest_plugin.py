@@ -14,7 +14,6 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ from parity.harness.config.selection import with_device
 from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import check_environment, check_scenario, skip_reason
 from parity.harness.contract.schema import Scenario
-from parity.harness.options import RunOptions, add_options, run_options
+from parity.harness.options import add_options, run_options
 from parity.harness.run.launch import Interrupted, expect_preload, start_forkserver
 from parity.harness.run.preload import forkserver_preload
 
@@ -163,39 +162,15 @@ def pytest_configure(config: pytest.Config) -> None:
         for shard in session.out_dir.glob("gw*"):
             shutil.rmtree(shard, ignore_errors=True)
     if not config.option.collectonly and not session.controller:  # a controller runs no item
-        # a no-op where pytest_load_initial_conftests started it (the same files, the same preload)
-        _start_forkserver_for_files(config, config.args, config.getoption("parity_device"), session.options)
+        _start_forkserver_for_files(config, session)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Start the forkserver before pytest imports the initial conftests, not at pytest_configure after them: a
-    conftest that imports torch or matplotlib (this repo's tests/conftest.py, ~4 s on one core) then runs next to
-    the server's imports instead of before them. Only a plain session: an xdist controller runs no item and its
-    workers are sessions of their own (their pytest_configure starts theirs); --help, --version and
-    --collect-only run nothing."""
-    namespace = early_config.known_args_namespace
-    if (namespace.collectonly or namespace.help or namespace.version or os.environ.get("PYTEST_XDIST_WORKER")
-            or getattr(namespace, "numprocesses", None) or getattr(namespace, "dist", "no") != "no"):
-        return
-    # pytest's own implementation of this hook decides the arguments the same way (config.args is set later)
-    args, _ = early_config._decide_args(
-        args=namespace.file_or_dir, pyargs=namespace.pyargs, testpaths=early_config.getini("testpaths"),
-        invocation_dir=early_config.invocation_params.dir, rootpath=early_config.rootpath, warn=False)
-    try:
-        options = run_options(lambda name: getattr(namespace, f"parity_{name}"))
-    except ScenarioError:  # bad options: pytest_configure reports them
-        return
-    _start_forkserver_for_files(early_config, args, namespace.parity_device, options)
-
-
-def _scenario_files(config: pytest.Config, args: Sequence[str] | None = None) -> list[Path]:
-    """The scenario files among the session's arguments (config.args; testpaths when none), before pytest
-    collects them; the walk skips what pytest's does not enter (ini norecursedirs: .venv, .git, build, ...)."""
+def _scenario_files(config: pytest.Config) -> list[Path]:
+    """The scenario files among the session's arguments (testpaths when none), before pytest collects them; the
+    walk skips what pytest's does not enter (ini norecursedirs: .venv, .git, build, ...)."""
     skip = config.getini("norecursedirs")
-    args = config.args if args is None else args
     files: list[Path] = []
-    for arg in args:
+    for arg in config.args:
         path = Path(str(arg).split("::")[0])
         found = [path]
         if path.is_dir():
@@ -203,12 +178,11 @@ def _scenario_files(config: pytest.Config, args: Sequence[str] | None = None) ->
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(d, pattern) for pattern in skip))
                 found += [Path(root, name) for name in sorted(names)]
-        files += [p for p in found if p.suffix in (".yaml", ".yml") and _is_scenario_file(p, config, args)]
+        files += [p for p in found if p.suffix in (".yaml", ".yml") and _is_scenario_file(p, config)]
     return list({path.resolve(): path for path in files}.values())  # a file both walked and named: once
 
 
-def _start_forkserver_for_files(config: pytest.Config, args: Sequence[str], device: str | None,
-                                options: RunOptions) -> None:
+def _start_forkserver_for_files(config: pytest.Config, session: ParitySession) -> None:
     """Start the forkserver before collection, for every row of the session's scenario files: collecting the test
     modules keeps one core busy for ~7-15 s while the other idles, and the server's imports (torch, transformers,
     megatron: ~6-13 s of CPU) fit there. At collection finish the selected rows ask for a subset of that preload,
@@ -216,20 +190,20 @@ def _start_forkserver_for_files(config: pytest.Config, args: Sequence[str], devi
     selected engine must patch first) restarts it with the right preload, as any launch would. Bad files are left
     to collection, which names them."""
     try:
-        scenarios = with_device([s for f in _scenario_files(config, args) for s in load_file(f)], device)
+        scenarios = with_device([s for f in _scenario_files(config) for s in load_file(f)],
+                                config.getoption("parity_device"))
     except (ScenarioError, OSError):
         return
-    if scenarios and options.forks_here(scenarios):
+    if scenarios and session.options.forks_here(scenarios):
         start_forkserver(*forkserver_preload(scenarios))
 
 
-def _is_scenario_file(file_path: Path, config: pytest.Config, args: Sequence[str] | None = None) -> bool:
+def _is_scenario_file(file_path: Path, config: pytest.Config) -> bool:
     """YAML in a directory named `scenarios` (or one listed in ini `parity_scenario_dirs`), or named explicitly."""
     parent = file_path.resolve().parent
     if parent.name == "scenarios" or parent in [Path(d).resolve() for d in config.getini("parity_scenario_dirs")]:
         return True
-    return any(Path(str(arg).split("::")[0]).resolve() == file_path.resolve()
-               for arg in (config.args if args is None else args))
+    return any(Path(str(arg).split("::")[0]).resolve() == file_path.resolve() for arg in config.args)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

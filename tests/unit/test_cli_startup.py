@@ -4,7 +4,6 @@ and bad input answer without them), and `parity run` starts the forkserver's imp
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -64,33 +63,3 @@ FORKED = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2})
 ])
 def test_a_forkserver_is_started_early_only_where_a_planned_run_is_forked_here(options, scenarios, starts):
     assert options.forks_here(scenarios) is starts
-
-
-CONFTEST_PROBE = """
-import os, signal
-from multiprocessing import forkserver
-# what the parity plugin started before pytest imported this (initial) conftest
-pid = forkserver._forkserver._forkserver_pid
-with open(os.environ["PROBE_OUT"], "w") as out:
-    out.write(str(pid is not None))
-if pid is not None:
-    os.kill(pid, signal.SIGKILL)  # its imports (torch, transformers: ~4 s of CPU) would outlive the probe
-os._exit(0)  # the answer is in: no collection, no run
-"""
-
-
-@pytest.mark.parametrize(("extra", "started"), [((), True), (("--collect-only",), False)])
-def test_pytest_starts_the_forkserver_before_it_imports_the_initial_conftests(tmp_path, extra, started):
-    """The pytest analogue of the test above: a conftest that imports torch (tests/conftest.py does) must run next
-    to the server's imports. --collect-only runs nothing and starts none."""
-    (tmp_path / "scenarios").mkdir()
-    (tmp_path / "scenarios" / "s.yaml").write_text("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, "
-                                                   "layout: {dp: 2}}\n")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "conftest.py").write_text(CONFTEST_PROBE)
-    (tmp_path / "pytest.ini").write_text("[pytest]\ntestpaths = tests scenarios\n")
-    probe = tmp_path / "probe.txt"
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *extra],
-                            capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                            env={**os.environ, "PROBE_OUT": str(probe)})
-    assert probe.read_text() == str(started), result.stdout + result.stderr

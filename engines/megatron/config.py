@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from parity.engines.megatron.convert import ModelArch
-from parity.engines.megatron.rules import expert_tensor_parallel
+from parity.engines.megatron.rules import DEFAULT_MICRO_BATCH_SIZE, expert_tensor_parallel
 from parity.engines.specs import MEGATRON
 from parity.harness.contract.engine import TORCH_DTYPES
 from parity.harness.contract.schema import Layout
@@ -36,7 +36,7 @@ RESERVED: dict[str, str] = {
 }
 
 #: settings of the forward/backward schedule call that this engine owns (not in any Megatron dataclass)
-SCHEDULE_DEFAULTS: dict[str, Any] = {"micro_batch_size": 1}
+SCHEDULE_DEFAULTS: dict[str, Any] = {"micro_batch_size": DEFAULT_MICRO_BATCH_SIZE}
 
 
 @dataclass(frozen=True, slots=True)

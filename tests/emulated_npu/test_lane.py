@@ -103,7 +103,8 @@ def test_cp2_runs_mindspeeds_own_context_parallel_attention(planted: dict[str, d
 PLANTED = """
 description: planted MindSpeed defects (tests/emulated_npu/test_lane.py)
 defaults: {{device: cpu, dtype: fp32, timeout: 300, model: tiny-qwen3, layout: {{tp: 2}},
-            workload: {{batch_size: 4, prompt_len: 16, response_len: 16, steps: 1}}}}
+            workload: {{batch_size: 4, prompt_len: 16, response_len: 16, steps: 1}},
+            mcore_kwargs: {{micro_batch_size: 2}}}}
 matrix:
   - {{strategy: mindspeed_megatron, mcore_kwargs: {{{key}: 1, attention_mask_type: general}}, name: clean}}
   - {{engine: "tests.emulated_npu.planted:IgnoresOneKwargEngine", mcore_kwargs: {{{key}: 1}}, name: ignores}}

@@ -53,15 +53,20 @@ def test_more_layouts_match_hf(runner: Runner, scenario: Scenario) -> None:
 
 #: (faulted scenario, a reason that must be among its FAIL reasons); each clean twin is in CLEAN or a pr row of
 #: scenarios/cpu.yaml (test_every_fault_has_a_clean_twin), which the 0.12.1 lane runs too
+#: the micro-batches of the matrix's tp / cp / ep rows (scenarios/cpu.yaml, `two_rows`)
+TWO_ROWS = {"micro_batch_size": 2}
 FAULTS = [
-    (_scenario(layout={"tp": 2}, faults=[{"kind": "tp_allreduce_skip"}]), "log-prob before training max |Δ|"),
-    (_scenario(layout={"tp": 2}, faults=[{"kind": "qkv_interleave"}]), "log-prob before training max |Δ|"),
+    (_scenario(layout={"tp": 2}, mcore_kwargs=TWO_ROWS, faults=[{"kind": "tp_allreduce_skip"}]),
+     "log-prob before training max |Δ|"),
+    (_scenario(layout={"tp": 2}, mcore_kwargs=TWO_ROWS, faults=[{"kind": "qkv_interleave"}]),
+     "log-prob before training max |Δ|"),
     # Adam's first step hides a stage's gradient scale; only that step's pre-clip norm shows it
     (_scenario(layout={"pp": 2}, faults=[{"kind": "pp_stage_grad_scale", "step": 2, "factor": 2.0}]),
      "pre-clip grad norm rel diff at step 2"),
-    (_scenario(layout={"cp": 2}, faults=[{"kind": "local_token_norm"}]), "loss rel diff at step 1"),
-    (_scenario("tiny-qwen3-moe", layout={"tp": 2, "sequence_parallel": True}, faults=[{"kind": "tp_allreduce_skip"}]),
-     "log-prob before training max |Δ|"),
+    (_scenario(layout={"cp": 2}, mcore_kwargs=TWO_ROWS, faults=[{"kind": "local_token_norm"}]),
+     "loss rel diff at step 1"),
+    (_scenario("tiny-qwen3-moe", layout={"tp": 2, "sequence_parallel": True}, mcore_kwargs=TWO_ROWS,
+               faults=[{"kind": "tp_allreduce_skip"}]), "log-prob before training max |Δ|"),
     (_scenario(layout={"pp": 2}, mcore_kwargs={"use_distributed_optimizer": True}, name="distopt",
                faults=[{"kind": "drop_kwarg", "key": "use_distributed_optimizer"}]), "dropped engine kwargs"),
 ]

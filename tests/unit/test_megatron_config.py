@@ -43,6 +43,26 @@ def test_layout_rules(layout: dict[str, Any], key: str) -> None:
     assert key in [k for k, _ in layout_errors(scenario)]
 
 
+@pytest.mark.parametrize(("layout", "size", "wanted"), [
+    ({"tp": 2}, 3, "micro_batch_size(3) must divide the 4 rows per data-parallel rank"),
+    ({"dp": 2}, 4, "micro_batch_size(4) must divide the 2 rows"),
+    ({"tp": 2}, [1, 2], "must be a positive integer (rows per micro-batch), got [1, 2]"),
+    ({"tp": 2}, 0, "must be a positive integer"),
+    ({"tp": 2}, True, "must be a positive integer"),
+    # 4 rows in micro-batches of 4: one micro-batch, not a multiple of pp
+    ({"pp": 2, "vpp": 2}, 4, "the interleaved schedule needs the 1 micro-batches per data-parallel rank"),
+])
+def test_micro_batches_must_split_the_rows_of_a_rank(layout: dict[str, Any], size: Any, wanted: str) -> None:
+    """Found when the matrix is validated, not as a TypeError or ValueError in every rank."""
+    errors = layout_errors(_scenario(layout=layout, mcore_kwargs={"micro_batch_size": size}))
+    assert any(wanted in message for _, message in errors), errors
+
+
+@pytest.mark.parametrize(("layout", "size"), [({"tp": 2}, 2), ({"tp": 2}, 4), ({"dp": 2}, 2), ({"pp": 2, "vpp": 2}, 2)])
+def test_micro_batches_that_split_the_rows_pass(layout: dict[str, Any], size: int) -> None:
+    assert layout_errors(_scenario(layout=layout, mcore_kwargs={"micro_batch_size": size})) == []
+
+
 def test_layout_rules_accept_the_matrix() -> None:
     from parity.harness.config.matrix import load_file
 

@@ -21,6 +21,7 @@ It lives under tests/emulated_npu/site (no __init__.py there) and is importable 
 PYTHONPATH explicitly.
 """
 import torch
+import torch._dynamo  # imported by the real torch_npu at load (torch_npu/utils/_dynamo.py) to patch it
 
 from . import _C, _attention, _device, _ops, contrib, emulation, npu, utils  # noqa: F401
 from .emulation import EMULATED, call_counts, counted, reset_counts  # noqa: F401 - the public names

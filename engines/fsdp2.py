@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from parity.engines import tensor_parallel, ulysses
 from parity.engines.hf_common import load_hf_model, make_optimizer
+from parity.engines.specs import FSDP2
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
@@ -24,6 +25,8 @@ from parity.harness.contract.workload import Batch
 
 
 class FSDP2Engine(Engine):
+    spec = FSDP2  # what a third-party subclass inherits too (parity.harness.config.registry.third_party_spec)
+
     def setup(self) -> None:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from parity.engines.hf_common import autocast, load_hf_model, make_optimizer, model_inputs, response_logits
+from parity.engines.specs import HF
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
@@ -26,6 +27,8 @@ PRECISIONS = ("autocast", "master_weights")
 
 class HFEngine(Engine):
     """Plain single-process training: the thing every parallel engine must reproduce."""
+
+    spec = HF  # what a third-party subclass inherits too (parity.harness.config.registry.third_party_spec)
 
     def setup(self) -> None:
         if self.ctx.world_size != 1:

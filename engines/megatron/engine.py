@@ -31,6 +31,7 @@ from parity.engines.megatron.config import (
 from parity.engines.megatron.convert import ModelArch
 from parity.engines.megatron.faults import apply_tp_allreduce_skip, stage_grad_factor
 from parity.engines.megatron.grad_groups import group_grad_norms, named_main_grads
+from parity.engines.specs import MEGATRON
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.optim_state import torch_optimizer_steps
@@ -54,6 +55,8 @@ class MegatronEngine(Engine):
     """Subclass hooks: `prepare_megatron()` runs before Megatron initialises (MindSpeed patches Megatron there);
     `transformer_config_kwargs()` is the TransformerConfig a subclass may extend; `use_transformer_engine()` and
     `context_parallel_attention()` choose the layer spec; `cp_split()` how the sequence is split over CP."""
+
+    spec = MEGATRON  # what a third-party subclass inherits too (parity.harness.config.registry.third_party_spec)
 
     # ---- hooks ---------------------------------------------------------------------------------------------
     def prepare_megatron(self) -> None:

@@ -111,10 +111,56 @@ def test_third_party_spec_is_the_class_attribute_renamed_to_its_path():
     assert spec.dims == frozenset() and spec.kwargs_blocks == ("engine_kwargs",)
 
 
-def test_third_party_without_spec_gets_an_open_one():
-    spec = registry.third_party_spec("tests.data.leaky_engine:LeakyFSDP2Engine")
-    assert spec.engine == "tests.data.leaky_engine:LeakyFSDP2Engine"  # FSDP2Engine has no class spec to inherit
-    assert "tp" in spec.dims and "fsdp_kwargs" in spec.kwargs_blocks
+SPECLESS = """
+from parity.harness.contract.engine import Engine
+
+
+class SpeclessEngine(Engine):
+    def setup(self):
+        raise NotImplementedError
+
+    def forward(self, batch):
+        raise NotImplementedError
+
+    def train_step(self, batch, old_logprobs, step):
+        raise NotImplementedError
+"""
+
+
+def test_third_party_without_spec_gets_an_open_one(tmp_path, monkeypatch):
+    (tmp_path / "specless_engine_mod.py").write_text(SPECLESS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = registry.third_party_spec("specless_engine_mod:SpeclessEngine")
+    assert spec.engine == "specless_engine_mod:SpeclessEngine" and spec.name == "SpeclessEngine"
+    assert "tp" in spec.dims and "fsdp_kwargs" in spec.kwargs_blocks and spec.requires == ()
+
+
+def test_a_subclass_of_a_builtin_engine_inherits_its_spec():
+    """A third-party engine that extends a built-in one needs what it needs (requirements, preload, devices)."""
+    spec = {s.name: s for s in BUILTIN}
+    leaky = registry.third_party_spec("tests.data.leaky_engine:LeakyFSDP2Engine")
+    assert leaky.name == "LeakyFSDP2Engine" and leaky.engine == "tests.data.leaky_engine:LeakyFSDP2Engine"
+    assert (leaky.dims, leaky.kwargs_blocks, leaky.preload) == (spec["fsdp2"].dims, spec["fsdp2"].kwargs_blocks,
+                                                                spec["fsdp2"].preload)
+    planted = registry.third_party_spec("tests.emulated_npu.planted:IgnoresOneKwargEngine")
+    ms = spec["mindspeed_megatron"]
+    assert (planted.requires, planted.devices, planted.preload_excludes) == (ms.requires, ms.devices,
+                                                                             ms.preload_excludes)
+
+
+def test_a_mindspeed_subclass_keeps_megatron_out_of_the_forkserver():
+    """Planned next to a Megatron row, a third-party engine extending the MindSpeed one must keep megatron out of
+    the forkserver's preload, as the built-in does: MindSpeed patches Megatron before Megatron is imported. With an
+    open spec for it (no class spec to inherit), megatron.core was preloaded."""
+    from parity.harness.run.preload import forkserver_preload
+
+    rows = [Scenario(model="tiny-qwen3", strategy="megatron", layout={"tp": 2}),
+            Scenario(model="tiny-qwen3", engine="tests.emulated_npu.planted:IgnoresOneKwargEngine", layout={"tp": 2})]
+    preload, excluded = forkserver_preload(rows)
+    assert "megatron.core" in forkserver_preload(rows[:1])[0]  # the clean twin: megatron alone preloads it
+    if validate.skip_reason(rows[1]) is None:  # the planted row runs here (the emulated lane)
+        assert not [m for m in preload if m.split(".")[0] == "megatron"] and "megatron" in excluded
+    assert "megatron" in registry.preload_excludes([registry.spec_for(rows[1])])
 
 
 def test_parity_engines_lists_every_spec(capsys):

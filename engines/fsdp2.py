@@ -25,7 +25,7 @@ from parity.harness.contract.workload import Batch
 
 
 class FSDP2Engine(Engine):
-    spec = FSDP2  # what a third-party subclass inherits too (parity.harness.config.registry.third_party_spec)
+    spec = FSDP2
 
     def setup(self) -> None:
         from torch.distributed.device_mesh import init_device_mesh

@@ -28,7 +28,7 @@ PRECISIONS = ("autocast", "master_weights")
 class HFEngine(Engine):
     """Plain single-process training: the thing every parallel engine must reproduce."""
 
-    spec = HF  # what a third-party subclass inherits too (parity.harness.config.registry.third_party_spec)
+    spec = HF
 
     def setup(self) -> None:
         if self.ctx.world_size != 1:

@@ -163,7 +163,7 @@ def build_config(plan: FSDPEnginePlan) -> Any:
 class MindSpeedFSDPEngine(FSDP2Engine):
     """Reuses the fsdp2 engine's batch sharding and scoring; the model is wrapped by MindSpeed instead."""
 
-    spec = MINDSPEED_FSDP  # what a third-party subclass inherits too (parity.harness.config.registry.third_party_spec)
+    spec = MINDSPEED_FSDP
 
     def setup(self) -> None:
         MINDSPEED_FSDP.require()

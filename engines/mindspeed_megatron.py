@@ -401,7 +401,6 @@ def _build_engine_class() -> type[Engine]:
         COUNTER.install()  # before MindSpeed binds anything
         import_adaptor()
     base = _megatron_base()
-    # spec: what a third-party subclass inherits too (parity.harness.config.registry.third_party_spec)
     return type("MindSpeedMegatronEngine", (_MindSpeedMegatronMixin, base),
                 {"__module__": __name__, "spec": MINDSPEED_MEGATRON,
                  "__doc__": "The Megatron engine with MindSpeed's adaptor, repatched with the scenario's layout "

@@ -56,7 +56,7 @@ class MegatronEngine(Engine):
     `transformer_config_kwargs()` is the TransformerConfig a subclass may extend; `use_transformer_engine()` and
     `context_parallel_attention()` choose the layer spec; `cp_split()` how the sequence is split over CP."""
 
-    spec = MEGATRON  # what a third-party subclass inherits too (parity.harness.config.registry.third_party_spec)
+    spec = MEGATRON
 
     # ---- hooks ---------------------------------------------------------------------------------------------
     def prepare_megatron(self) -> None:

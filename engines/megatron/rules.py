@@ -11,11 +11,6 @@ from typing import Any
 DEFAULT_MICRO_BATCH_SIZE = 1
 
 
-def micro_batch_size(scenario: Any) -> Any:
-    """The scenario's rows per micro-batch, as given (micro_batch_errors checks it)."""
-    return scenario.mcore_kwargs.get("micro_batch_size", DEFAULT_MICRO_BATCH_SIZE)
-
-
 def expert_tensor_parallel(layout: Any) -> int:
     """Megatron's expert TP degree for a layout. With ep == 1 the experts are not expert-parallel, so Megatron
     reduces their gradients with the dense parameters (over dp x cp only): that is right only when the experts
@@ -41,29 +36,31 @@ def megatron_layout_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
         # experts replicated across TP ranks would never have their gradients summed
         errors.append(("layout.etp", f"with ep=1 the experts are split like the dense layers: etp({layout.etp}) "
                                      f"must equal tp({layout.tp}) (or be left at 1)"))
-    return errors + _micro_batch_errors(scenario) + _pipeline_errors(scenario)
+    microbatches, size_errors = _micro_batches(scenario)
+    return errors + size_errors + _pipeline_errors(layout, microbatches)
 
 
-def _micro_batch_errors(scenario: Any) -> list[tuple[str, str]]:
-    """The batch rows a data-parallel rank holds must split into whole micro-batches (engines/megatron/batching.py);
-    found here, not as an error in every rank."""
-    size, rows = micro_batch_size(scenario), scenario.workload.batch_size // max(scenario.layout.dp, 1)
+def _micro_batches(scenario: Any) -> tuple[int | None, list[tuple[str, str]]]:
+    """(micro-batches per data-parallel rank, errors): the rows a rank holds must split into whole micro-batches
+    of mcore_kwargs.micro_batch_size rows (engines/megatron/batching.py); found here, not in every rank."""
+    size = scenario.mcore_kwargs.get("micro_batch_size", DEFAULT_MICRO_BATCH_SIZE)
+    rows = scenario.workload.batch_size // max(scenario.layout.dp, 1)
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        return [("mcore_kwargs.micro_batch_size", f"must be a positive integer (rows per micro-batch), got {size!r}")]
+        return None, [("mcore_kwargs.micro_batch_size",
+                       f"must be a positive integer (rows per micro-batch), got {size!r}")]
     if rows % size:
-        return [("mcore_kwargs.micro_batch_size", f"micro_batch_size({size}) must divide the {rows} rows per "
-                                                  "data-parallel rank (batch_size / dp)")]
-    return []
+        return None, [("mcore_kwargs.micro_batch_size", f"micro_batch_size({size}) must divide the {rows} rows per "
+                                                        "data-parallel rank (batch_size / dp)")]
+    return rows // size, []
 
 
-def _pipeline_errors(scenario: Any) -> list[tuple[str, str]]:
-    layout, errors = scenario.layout, []
+def _pipeline_errors(layout: Any, microbatches: int | None) -> list[tuple[str, str]]:
+    """`microbatches`: per data-parallel rank, None where the micro-batch size is already wrong."""
+    errors: list[tuple[str, str]] = []
     if layout.vpp > 1 and layout.pp == 1:
         errors.append(("layout.vpp", f"vpp({layout.vpp}) interleaves pipeline stages: it needs pp > 1"))
-    if layout.vpp > 1 and not _micro_batch_errors(scenario):
-        microbatches = scenario.workload.batch_size // max(layout.dp, 1) // micro_batch_size(scenario)
-        if microbatches % layout.pp:
-            errors.append(("layout.vpp", f"the interleaved schedule needs the {microbatches} micro-batches per "
-                                         "data-parallel rank (batch_size / dp / micro_batch_size) to be a multiple "
-                                         f"of pp({layout.pp})"))
+    if layout.vpp > 1 and microbatches is not None and microbatches % layout.pp:
+        errors.append(("layout.vpp", f"the interleaved schedule needs the {microbatches} micro-batches per "
+                                     "data-parallel rank (batch_size / dp / micro_batch_size) to be a multiple of "
+                                     f"pp({layout.pp})"))
     return errors

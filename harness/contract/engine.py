@@ -70,7 +70,8 @@ class Engine(ABC):
 
     spec: ClassVar[EngineSpec | None] = None
     """Optional for third-party engines: what the harness may assume before running it (layout dimensions,
-    kwargs blocks, devices, packages). Built-in engines' specs live in parity.engines.specs."""
+    kwargs blocks, devices, packages). Built-in engines' specs live in parity.engines.specs and each built-in class
+    sets its own, so a third-party engine that extends one inherits it (parity.harness.config.registry)."""
 
     def __init__(self, ctx: EngineContext) -> None:
         self.ctx = ctx

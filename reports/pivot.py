@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tabulate import tabulate
+from parity.reports.table import markdown_table
 
 
 def strategy_pivot(results: list[dict[str, Any]]) -> str:
@@ -22,4 +22,4 @@ def strategy_pivot(results: list[dict[str, Any]]) -> str:
     if len({c.split()[0] for c in columns}) < 2:
         return ""
     rows = [[model, dtype, *(cells[(model, dtype)].get(c, "") for c in columns)] for (model, dtype) in cells]
-    return tabulate(rows, headers=["model", "dtype", *columns], tablefmt="github", disable_numparse=True)
+    return markdown_table(rows, ["model", "dtype", *columns])

@@ -1,5 +1,5 @@
 """Terminal output: one progress line per finished scenario, then the narrow table (full metrics are in the
-files) and the reasons."""
+files), the reasons, and one line per SKIP reason."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 import sys
 from typing import Any, TextIO
 
-from parity.reports.table import narrow_table, overhead_line, reasons_block, summary_line
+from parity.reports.table import narrow_table, overhead_line, reasons_block, skip_groups, summary_line
 
 
 def progress_line(index: int, total: int, result: dict[str, Any]) -> str:
@@ -21,12 +21,16 @@ def progress_line(index: int, total: int, result: dict[str, Any]) -> str:
 def print_report(results: list[dict[str, Any]], wall_s: float | None = None, stream: TextIO | None = None) -> None:
     stream = stream or sys.stdout
     print("", file=stream)
-    print(narrow_table(results, shutil.get_terminal_size((120, 24)).columns), file=stream)
-    print("", file=stream)
+    if any(r["verdict"] != "SKIP" for r in results):
+        print(narrow_table(results, shutil.get_terminal_size((120, 24)).columns), file=stream)
+        print("", file=stream)
     for run_id, verdict, reasons in reasons_block(results):
         print(f"{verdict} {run_id}", file=stream)
         for reason in reasons[:8]:
             print(f"    {reason}", file=stream)
+    for reason, ids in skip_groups(results):
+        named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        print(f"SKIP x{len(ids)}: {reason} ({named})", file=stream)
     if overhead := overhead_line(results):
         print(overhead, file=stream)
     print(summary_line(results, wall_s), file=stream)

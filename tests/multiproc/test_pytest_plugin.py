@@ -68,8 +68,8 @@ def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatc
         "*parity summary*",
         "*4 scenarios in * 1 pass, 1 fail, 0 error, 2 skip",
     ])
-    result.stdout.fnmatch_lines(["SKIP tiny-qwen3/fsdp2/dp2/bf16/npu", "*device npu: torch_npu is not installed*",
-                                "SKIP tiny-qwen3/fsdp2/ulysses2/fp32/cpu", "*marked broken: tracked in #12"])
+    result.stdout.fnmatch_lines(["SKIP x1: device npu: torch_npu is not installed* (tiny-qwen3/fsdp2/dp2/bf16/npu)",
+                                "SKIP x1: marked broken: tracked in #12 (tiny-qwen3/fsdp2/ulysses2/fp32/cpu)"])
     assert (pytester.path / "out" / "summary.md").is_file()
     assert len((pytester.path / "out" / "results.jsonl").read_text().splitlines()) == 4
     properties = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}

@@ -16,7 +16,7 @@ MATRIX = """matrix:
   - {model: tiny-qwen3, strategy: hf, name: c}
   - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}}
 """
-COMPARED = ["id", "strategy", "layout", "logp max|Δ|", "logp mean|Δ|", "loss rel", "gnorm rel", "verdict"]
+COMPARED = ["id", "strategy", "layout", "Δlogp max", "Δlogp mean", "loss rel", "gnorm rel", "verdict"]
 """Every column but timings and memory, which differ from run to run."""
 
 

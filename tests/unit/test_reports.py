@@ -51,8 +51,8 @@ def test_shards_merge_and_a_rerun_replaces_a_row(tmp_path):
 
 def test_nan_metrics_show_as_nan_not_as_missing():
     """A NaN log-prob used to render as '-', the same as a metric never measured."""
-    from parity.reports.table import parity_table
+    from parity.reports.table import ERRORS, parity_table
 
     nan_row = result("tiny-qwen3/fsdp2/dp2/fp32/cpu", "fsdp2", "dp2", float("nan"), "FAIL")
-    text = parity_table([nan_row])
+    text = parity_table([nan_row], ERRORS)
     assert "| nan " in text

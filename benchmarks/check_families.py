@@ -4,10 +4,11 @@ limit, so spreads and margins are computed from what the verdict actually compar
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from parity.reports import results as results_file
 
 _LAYER = re.compile(r"^layer \d+ \S+ grad norm")
 _TOP_GROUP = re.compile(r"^(embed_tokens|norm|lm_head) grad norm")
@@ -20,10 +21,7 @@ def family(metric: str) -> str:
 
 def results(paths: list[Path]) -> Iterator[dict]:
     for path in paths:
-        path = path / "results.jsonl" if path.is_dir() else path
-        for line in path.read_text().splitlines():
-            if line.strip():
-                yield json.loads(line)
+        yield from results_file.read(path / results_file.RESULTS if path.is_dir() else path)
 
 
 def checks_by_family(result: dict) -> dict[str, list[tuple[float, float]]]:

@@ -10,7 +10,6 @@ Prints figures; asserts nothing (speed goals are measured here, never in timed u
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch.multiprocessing as mp
 
 from parity.harness.run.launch import free_port
+from parity.reports import results as results_file
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {"pinned": "1", "unpinned": "0"}
@@ -58,7 +58,7 @@ def matrix_run(bind: str, select: str, out: Path, cache: Path) -> tuple[float, f
     subprocess.run([sys.executable, "-m", "parity.harness.cli", "run", "scenarios/cpu.yaml", "-k", select, "--out",
                     str(out), "--cache-dir", str(cache)], cwd=REPO, check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, "PARITY_CPU_BIND": bind})
-    metrics = [json.loads(line)["metrics"] for line in (out / "results.jsonl").read_text().splitlines()]
+    metrics = [r["metrics"] for r in results_file.read(out / results_file.RESULTS)]
     return (sum(m.get("wall_time_s", 0) for m in metrics), sum(m.get("compute_time_s", 0) for m in metrics),
             len(metrics))
 

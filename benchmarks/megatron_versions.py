@@ -14,7 +14,6 @@ means bit-identical. Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,11 @@ from safetensors.torch import load_file
 from tabulate import tabulate
 
 from parity.harness.runner import slug
+from parity.reports import results as results_file
 
 
 def load(path: Path) -> dict[str, dict[str, Any]]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = results_file.read(path)
     return {row["id"]: row for row in rows}
 
 

@@ -22,12 +22,13 @@ from parity.harness.config.errors import ScenarioError
 from parity.harness.config.selection import DEFAULT_FILES, check_runnable, scenario_files, select
 from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import skip_reason
-from parity.harness.options import add_options, run_options
+from parity.harness.options import add_options, run_options, writable_out_dir
 from parity.harness.run.launch import Interrupted, start_forkserver
 from parity.harness.run.preload import forkserver_preload
 from parity.reports import history
 from parity.reports import results as results_file
 from parity.reports.progress import RunProgress
+from parity.reports.terminal import print_report
 
 if TYPE_CHECKING:
     from parity.harness.judge.verdict import Verdict
@@ -45,6 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"shard {shard.index}/{shard.count}: {len(scenarios)} of {total} scenarios", flush=True)
     check_runnable(scenarios)
     options = run_options(lambda name: getattr(args, name))
+    writable_out_dir(options.out_dir)
     results_file.reset(options.out_dir)
     if options.forks_here(scenarios):
         start_forkserver(*forkserver_preload(scenarios))
@@ -59,20 +61,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def on_result(verdict: Verdict) -> None:
         result = verdict.to_json()
-        results_file.append(options.out_dir, result)
-        collected.append(result)
+        if not any(r["id"] == result["id"] for r in collected):  # a scenario whose report failed comes twice
+            collected.append(result)
+            progress.finished(result)
         early.submit(result)
-        progress.finished(result)
+        results_file.append(options.out_dir, result)
 
     print(f"running {len(scenarios)} scenarios -> {options.out_dir}/", flush=True)
     try:
-        with RunProgress(len(scenarios)) as progress:
-            runner.run(scenarios, on_result)
-    except Interrupted as exc:  # the running scenario is recorded as ERROR; report what finished, exit 128+N
+        try:
+            with RunProgress(len(scenarios)) as progress:
+                runner.run(scenarios, on_result)
+        except Interrupted as exc:  # the running scenario is recorded as ERROR; report what finished, exit 128+N
+            publish(options.out_dir, collected, time.perf_counter() - started, early=early)
+            print(f"parity: {exc}", file=sys.stderr)
+            return 128 + exc.signum
         publish(options.out_dir, collected, time.perf_counter() - started, early=early)
-        print(f"parity: {exc}", file=sys.stderr)
-        return 128 + exc.signum
-    publish(options.out_dir, collected, time.perf_counter() - started, early=early)
+    except OSError as exc:  # the out dir stopped taking writes (disk full, removed): say so, show what finished
+        runner.close()
+        print_report(collected, time.perf_counter() - started)
+        raise ScenarioError(f"--out {options.out_dir}: cannot write the results: {exc}") from None
     return EXIT_FAILED if any(r["verdict"] in ("FAIL", "ERROR") for r in collected) else EXIT_OK
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +73,25 @@ def run_options(get: Callable[[str], Any]) -> RunOptions:
     node_rank, port = get("node_rank"), get("master_port")
     if node_rank is not None and port is None:
         raise ScenarioError("--node-rank needs --master-port (every node must use the same rendezvous port)")
-    return RunOptions(out_dir=Path(get("out")), cache_dir=Path(get("cache_dir")), launcher=get("launcher"),
-                      node_rank=node_rank, master_addr=get("master_addr"), master_port=port,
-                      history=tuple(Path(d) for d in get("history") or ()))
+    out, history = Path(get("out")), tuple(Path(d) for d in get("history") or ())
+    for earlier in history:  # refused before anything is deleted: a run starts by resetting its out dir
+        if earlier.resolve() == out.resolve():
+            raise ScenarioError(f"--history {earlier} is also the --out directory: this run would replace the "
+                                "results it compares with. Give the new run another --out")
+    return RunOptions(out_dir=out, cache_dir=Path(get("cache_dir")), launcher=get("launcher"),
+                      node_rank=node_rank, master_addr=get("master_addr"), master_port=port, history=history)
+
+
+def writable_out_dir(out_dir: Path, option: str = "--out") -> None:
+    """Create the out dir and write a file in it, or raise ScenarioError saying why (a file in the way, no
+    permission, a read-only or full file system): checked before any scenario runs, not at the first result."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ScenarioError(f"{option} {out_dir}: a file is there; the results need a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".parity-write-check-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        where = f" ({exc.filename})" if exc.filename and os.fspath(exc.filename) != os.fspath(out_dir) else ""
+        raise ScenarioError(f"{option} {out_dir}: cannot write there: {reason}{where}") from None

@@ -26,7 +26,7 @@ from parity.harness.config.selection import with_device
 from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import check_environment, check_scenario, skip_reason
 from parity.harness.contract.schema import Scenario
-from parity.harness.options import add_options, run_options
+from parity.harness.options import add_options, run_options, writable_out_dir
 from parity.harness.run.launch import Interrupted, expect_preload, start_forkserver
 from parity.harness.run.preload import forkserver_preload
 
@@ -58,7 +58,10 @@ class ParitySession:
         self.config = config
         self.running = False
         """A scenario's ranks are running (a signal must go through its launcher's cleanup)."""
-        options = run_options(lambda name: config.getoption(f"parity_{name}"))
+        try:
+            options = run_options(lambda name: config.getoption(f"parity_{name}"))
+        except ScenarioError as exc:
+            raise pytest.UsageError(str(exc).replace("--", "--parity-")) from None
         self.out_dir = options.out_dir
         # pytest-xdist: each worker writes its own shard (OUT/gw0, ...); the controller merges them at the end
         self.worker = os.environ.get("PYTEST_XDIST_WORKER")
@@ -82,6 +85,10 @@ class ParitySession:
             from parity.harness.runner import Runner
             from parity.reports import results as results_file
 
+            try:
+                writable_out_dir(self.options.out_dir, "--parity-out")
+            except ScenarioError as exc:
+                pytest.exit(f"parity: error: {exc}", returncode=2)
             results_file.reset(self.options.out_dir)
             self._runner = Runner(self.options, self.scenarios)
         self.running = True

@@ -1,23 +1,96 @@
-"""results.jsonl: one JSON line per scenario, appended as each finishes so a crash loses nothing."""
+"""results.jsonl: one strict JSON line per scenario, appended as each finishes so a crash loses nothing.
+
+Strict JSON (RFC 8259 has no NaN or Infinity; jq and most readers reject them): a non-finite number is written as
+null and its path goes in the line's `non_finite` map ({"metrics.logprob_max_abs": "nan"}), from which `load`
+puts it back, so a NaN metric still reads as NaN, never as missing. A line cut off by a crash or a full disk is
+skipped with a warning when it is the file's last line, and an error naming the file and line elsewhere."""
 
 from __future__ import annotations
 
 import json
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
 RESULTS = "results.jsonl"
+NON_FINITE = "non_finite"
+"""Key of the map path -> 'nan' / 'inf' / '-inf' of the values written as null."""
+
+
+def _strict(value: Any, path: str, found: dict[str, str]) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        found[path] = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return None
+    if isinstance(value, dict):
+        return {key: _strict(item, f"{path}.{key}" if path else str(key), found) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(item, f"{path}.{i}", found) for i, item in enumerate(value)]
+    return value
+
+
+def dumps(result: dict[str, Any]) -> str:
+    """One line of strict JSON (non-finite numbers as null, listed under `non_finite`)."""
+    found: dict[str, str] = {}
+    data = _strict({k: v for k, v in result.items() if k != NON_FINITE}, "", found)
+    if found:
+        data[NON_FINITE] = found
+    return json.dumps(data, default=str, allow_nan=False)
+
+
+def _restore(data: dict[str, Any]) -> dict[str, Any]:
+    for path, text in (data.pop(NON_FINITE, None) or {}).items():
+        *parents, last = path.split(".")
+        node: Any = data
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node.get(key)
+            if node is None:
+                break
+        else:
+            if isinstance(node, list):
+                node[int(last)] = float(text)
+            elif isinstance(node, dict):
+                node[last] = float(text)
+    return data
+
+
+def loads(line: str) -> dict[str, Any]:
+    return _restore(json.loads(line))
 
 
 def append(out_dir: Path, result: dict[str, Any]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
+    line = dumps(result) + "\n"
     with open(out_dir / RESULTS, "a") as handle:
-        handle.write(json.dumps(result, default=str, allow_nan=True) + "\n")
+        handle.write(line)
         handle.flush()
 
 
 def reset(out_dir: Path) -> None:
     (out_dir / RESULTS).unlink(missing_ok=True)
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """The results of one file, in order. A last line that is cut off (no newline, or not JSON) is skipped with
+    a warning on stderr: the run that wrote it was killed mid-write. A bad line elsewhere is an error."""
+    text = path.read_text()
+    lines = text.splitlines()
+    results = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            result = loads(line)
+            if not isinstance(result, dict) or "id" not in result or "verdict" not in result:
+                raise ValueError("not a result (no id or verdict)")
+        except (ValueError, AttributeError, IndexError, KeyError) as exc:
+            if number == len(lines):
+                print(f"parity: warning: {path} line {number} is cut off (a run killed mid-write?); skipped: "
+                      f"{exc}", file=sys.stderr)
+                continue
+            raise ValueError(f"{path} line {number}: {exc}") from None
+        results.append(result)
+    return results
 
 
 def load(directories: list[Path]) -> list[dict[str, Any]]:
@@ -27,8 +100,6 @@ def load(directories: list[Path]) -> list[dict[str, Any]]:
         path = directory / RESULTS if directory.is_dir() else directory
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist")
-        for line in path.read_text().splitlines():
-            if line.strip():
-                result = json.loads(line)
-                merged[result["id"]] = result
+        for result in read(path):
+            merged[result["id"]] = result
     return list(merged.values())

@@ -7,7 +7,7 @@ failing check is a reason that names the metric, the step, the observed value an
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -132,9 +132,15 @@ def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits
         if baseline is not None:  # shown, not judged: one step's error is one draw (docs/tolerances.md)
             metrics[f"{name}_rel_baseline"] = list(series_rel_diff([getattr(s, name) for s in baseline.steps],
                                                                    ref_series).per_step)
-    metrics["logprob_max_abs"] = max(metrics[k]["max_abs"] for k in ("logprobs_before", "logprobs_after"))
-    metrics["logprob_mean_abs"] = max(metrics[k]["mean_abs"] for k in ("logprobs_before", "logprobs_after"))
+    metrics["logprob_max_abs"] = worst(metrics[k]["max_abs"] for k in ("logprobs_before", "logprobs_after"))
+    metrics["logprob_mean_abs"] = worst(metrics[k]["mean_abs"] for k in ("logprobs_before", "logprobs_after"))
     return checks, metrics
+
+
+def worst(values: Iterable[float]) -> float:
+    """The largest value, NaN when any is NaN (`max(0.0, nan)` is 0.0: a NaN after the steps showed as 0)."""
+    values = list(values)
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
 
 
 #: token statistics the three-way lane can judge as candidate-error / baseline-error, and their Limits fields

@@ -98,3 +98,27 @@ def test_golden_and_single_rank_references(passing_run, write_yaml, tmp_path, ca
     lines = [json.loads(line) for line in (tmp_path / "second" / "results.jsonl").read_text().splitlines()]
     assert [r["verdict"] for r in lines] == ["PASS", "PASS"]
     assert lines[0]["reference"] == f"golden:{golden}" and lines[1]["reference"] == "single_rank"
+
+
+def test_a_full_disk_mid_run_exits_2_naming_it_after_the_table_of_what_finished(write_yaml, tmp_path, cache_dir,
+                                                                                monkeypatch, capsys):
+    """The out dir takes the first result, then no more (ENOSPC): no traceback, both rows on the terminal."""
+    import errno
+
+    from parity.reports import results
+
+    append, written = results.append, []
+
+    def fills_up(out_dir, result):
+        if written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out_dir / "results.jsonl"))
+        written.append(result["id"])
+        append(out_dir, result)
+
+    monkeypatch.setattr(results, "append", fills_up)
+    two = "matrix:\n  - {model: tiny-qwen3, strategy: hf, name: a}\n  - {model: tiny-qwen3, strategy: hf, name: b}\n"
+    assert main(["run", str(write_yaml(two)), "--out", str(tmp_path / "out"), "--cache-dir", str(cache_dir)]) == 2
+    captured = capsys.readouterr()
+    assert "cannot write the results" in captured.err and "No space left on device" in captured.err
+    assert "tiny-qwen3/hf/single/fp32/cpu+a" in captured.out and "tiny-qwen3/hf/single/fp32/cpu+b" in captured.out
+    assert "2 scenarios" in captured.out

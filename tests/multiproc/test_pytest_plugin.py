@@ -127,3 +127,16 @@ def test_the_forkserver_guess_reads_the_scenario_files_pytest_will_collect(tmp_p
     monkeypatch.chdir(tmp_path)
     assert sorted(map(str, pytest_plugin._scenario_files(Config()))) == [
         "extra.yaml", "scenarios/a.yaml", "tests/scenarios/b.yml"]
+
+
+def test_an_unusable_parity_out_or_history_is_a_usage_error_not_a_traceback(pytester, cache_dir, monkeypatch):
+    from parity.harness import pytest_plugin
+
+    _project(pytester, cache_dir)
+    monkeypatch.setattr(pytest_plugin, "start_forkserver", lambda *server: None)
+    (pytester.path / "taken").write_text("a file")
+    bad_out = pytester.runpytest_inprocess("-m", "pr and not npu", "--parity-out=taken")
+    assert bad_out.ret == 2 and "--parity-out taken: a file is there" in bad_out.stdout.str()
+    assert "Traceback" not in bad_out.stdout.str() and "Traceback" not in bad_out.stderr.str()
+    same = pytester.runpytest_inprocess("-m", "pr and not npu", "--parity-out=out", "--parity-history=out")
+    assert same.ret == 4 and "--parity-history out is also the --parity-out directory" in same.stderr.str()

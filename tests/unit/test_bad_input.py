@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from parity.harness.cli import main
@@ -81,3 +83,39 @@ def test_a_real_process_exits_2_without_traceback(write_yaml):
 def test_missing_file_is_bad_input(tmp_path):
     result = run_cli("list", str(tmp_path / "nope.yaml"))
     assert result.returncode == 2 and "cannot read scenario file" in result.stderr
+
+
+HF_ROW = "matrix:\n  - {model: tiny-qwen3, strategy: hf}\n"
+
+
+@pytest.mark.parametrize("where", ["file", "read-only"])
+def test_an_unusable_out_dir_exits_2_before_anything_runs(where, write_yaml, tmp_path, capsys):
+    path = write_yaml(HF_ROW)
+    out = tmp_path / "taken"
+    if where == "file":
+        out.write_text("not a directory")
+    else:  # /sys refuses new entries even to root (permission bits do not)
+        out = Path("/sys/parity-out")
+    assert main(["run", str(path), "--out", str(out)]) == 2
+    message = capsys.readouterr().err
+    assert message.startswith(f"parity: error: --out {out}: ") and "Traceback" not in message
+    assert ("a file is there" if where == "file" else "cannot write there: Operation not permitted") in message
+
+
+def test_an_unusable_out_dir_in_a_real_process_has_no_traceback(write_yaml, tmp_path):
+    (tmp_path / "taken").write_text("")
+    result = run_cli("run", str(write_yaml(HF_ROW)), "--out", str(tmp_path / "taken" / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "cannot write there: Not a directory" in result.stderr
+
+
+def test_history_that_is_the_out_dir_is_refused_before_its_results_are_deleted(write_yaml, tmp_path, capsys):
+    from parity.reports import results
+
+    earlier = tmp_path / "last-night"
+    results.append(earlier, {"id": "a", "verdict": "PASS", "metrics": {}})
+    before = (earlier / "results.jsonl").read_text()
+    assert main(["run", str(write_yaml(HF_ROW)), "--out", str(earlier), "--history",
+                 str(tmp_path / "." / "last-night")]) == 2
+    assert "is also the --out directory" in capsys.readouterr().err
+    assert (earlier / "results.jsonl").read_text() == before

@@ -88,6 +88,28 @@ def test_nan_never_passes():
     assert verdict.status == "FAIL"
     assert any("loss rel diff at step 2 = nan" in r for r in verdict.reasons)
     assert any("log-prob after the last step max |Δ| = nan" in r for r in verdict.reasons)
+    # the headline metrics show the NaN too (the worst of before and after was 0.0: max(0.0, nan))
+    assert math.isnan(verdict.metrics["logprob_max_abs"]) and math.isnan(verdict.metrics["logprob_mean_abs"])
+
+
+def test_nan_metrics_survive_results_jsonl_as_strict_json(tmp_path):
+    """NaN / inf are written as null plus a `non_finite` path map (strict JSON), and read back as NaN / inf."""
+    import json
+
+    from parity.reports import results
+    from parity.reports.table import ERRORS, parity_table
+
+    cand = make_record(losses=(0.5, math.nan), norms=(3.0, math.inf))
+    cand.tensors["logprobs_after"] = torch.full((4, 8), math.nan)
+    row = judge(SCENARIO, cand, make_record()).to_json()
+    results.append(tmp_path, row)
+    line = (tmp_path / "results.jsonl").read_text()
+    data = json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in results.jsonl"))
+    assert data["metrics"]["logprob_max_abs"] is None and data["non_finite"]["metrics.logprob_max_abs"] == "nan"
+    assert data["non_finite"]["metrics.grad_norm_rel.1"] == "inf"
+    back = results.load([tmp_path])[0]
+    assert math.isnan(back["metrics"]["logprob_max_abs"]) and back["metrics"]["grad_norm_rel"][1] == math.inf
+    assert "non_finite" not in back and "| nan " in parity_table([back], ERRORS)
 
 
 def test_missing_step_fails():

@@ -56,3 +56,24 @@ def test_nan_metrics_show_as_nan_not_as_missing():
     nan_row = result("tiny-qwen3/fsdp2/dp2/fp32/cpu", "fsdp2", "dp2", float("nan"), "FAIL")
     text = parity_table([nan_row], ERRORS)
     assert "| nan " in text
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_and_a_bad_line_elsewhere_is_an_error(tmp_path, capsys):
+    """A run killed mid-write leaves half a line: `parity report` / `history` read the rest and say so."""
+    import pytest
+
+    from parity.harness.cli import main
+
+    for row in ROWS[:2]:
+        results.append(tmp_path, row)
+    path = tmp_path / "results.jsonl"
+    whole = path.read_text()
+    path.write_text(whole + results.dumps(ROWS[2])[:40])
+    assert [r["id"] for r in results.load([tmp_path])] == [ROWS[0]["id"], ROWS[1]["id"]]
+    assert f"{path} line 3 is cut off" in capsys.readouterr().err
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    assert main(["history", str(tmp_path)]) == 0
+    path.write_text(results.dumps(ROWS[2])[:40] + "\n" + whole)
+    with pytest.raises(ValueError, match=f"{path} line 1: "):
+        results.load([tmp_path])
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "report")]) == 2

@@ -5,8 +5,9 @@ Two launchers, one rank body (`parity.harness.run.worker.run_rank`):
   transformers (and megatron.core) ONCE, so a scenario costs a fork, not a 5-10 s interpreter start. The
   rendezvous is a TCPStore the parent binds on port 0: no fixed port, no race.
 - `TorchrunLauncher` (multi-node, or `--launcher torchrun`): one torchrun per node with c10d rendezvous.
-A rank that fails ends the run at once (its peers are killed, not left in a collective); a run past its
-timeout is killed with every process of its process groups.
+A rank that fails ends the run at once (its peers are killed, not left in a collective), and the error names the
+rank that died first (parity.harness.run.deaths); a run past its timeout is killed with every process of its
+process groups. Ranks die with the harness even when it is killed with -9 (a parent-death signal).
 """
 
 from __future__ import annotations
@@ -14,19 +15,21 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from parity.harness.contract.schema import Layout
-from parity.harness.run.worker import RunJob, exit_after, failure_marker, failure_message, run_rank
+from parity.harness.run.deaths import Ending, describe, finished, rank_deaths
+from parity.harness.run.worker import RunJob, die_with_parent, exit_after, run_rank
 
 LaunchStatus = Literal["ok", "error", "timeout"]
 POLL_S = 0.02
@@ -106,19 +109,22 @@ def _logs_tail(record_dir: Path, failed_rank: int | None) -> str:
     logs = sorted(record_dir.glob("rank*.log")) + sorted(record_dir.glob("node*.log"))
     if failed_rank is not None:
         logs = [record_dir / f"rank{failed_rank}.log"] + [p for p in logs if p.name != f"rank{failed_rank}.log"]
-    return "\n".join(f"--- {p.name}\n{tail(p, 30)}" for p in logs[:2])
+    return "\n".join(f"--- {p.name}\n{tail(p, 30)}" for p in logs[:2] if p.is_file())
 
 
 def wait_all(
     polls: list[Callable[[], int | None]], labels: list[str], deadline: float,
-    log_tail: Callable[[int | None], str], deadline_s: float = 0.0,
+    log_tail: Callable[[int | None], str], deadline_s: float = 0.0, watch: Callable[[], bool] | None = None,
 ) -> tuple[LaunchStatus, str | None, str | None]:
-    """Wait until every process exits 0, one exits non-zero (error at once), or the deadline passes."""
+    """Wait until every process exits 0, one exits non-zero (error at once), `watch` says a rank died, or the
+    deadline passes."""
     while True:
         codes = [poll() for poll in polls]
         failed = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
         if failed is not None:
             return "error", f"{labels[failed]} exited with code {codes[failed]}", log_tail(failed)
+        if watch is not None and watch():
+            return "error", "a rank died", log_tail(None)
         if all(c == 0 for c in codes):
             return "ok", None, None
         if time.perf_counter() > deadline:
@@ -127,36 +133,45 @@ def wait_all(
 
 
 def _fresh_record_dir(job: RunJob) -> Path:
-    """The run's directory, without failure markers left by an earlier run."""
+    """The run's directory, without markers left by an earlier run."""
     record_dir = Path(job.record_dir)
     record_dir.mkdir(parents=True, exist_ok=True)
-    for marker in [*record_dir.glob("rank*.failed"), *record_dir.glob("rank*.pid")]:
+    for marker in [*record_dir.glob("rank*.failed"), *record_dir.glob("rank*.done"), *record_dir.glob("rank*.pid")]:
         marker.unlink(missing_ok=True)
     return record_dir
 
 
-def first_failed_rank(record_dir: Path, world_size: int, grace_s: float = 1.0) -> int | None:
-    """The rank whose failure marker is earliest (waiting briefly for markers of ranks still exiting)."""
-    deadline = time.perf_counter() + grace_s
-    while True:
-        times = {}
-        for rank in range(world_size):
-            marker = failure_marker(record_dir, rank)
-            with contextlib.suppress(OSError, ValueError):
-                times[rank] = float(marker.read_text().partition("\n")[0])
-        if times and (len(times) == world_size or time.perf_counter() > deadline):
-            return min(times, key=times.__getitem__)
-        if time.perf_counter() > deadline:
-            return None
-        time.sleep(POLL_S)
+GRACE_S = 1.0
+"""After the first death, how long the other ranks get to end by themselves (their exceptions say what the death
+did to them) before they are killed."""
 
 
-def _first_failure(record_dir: Path, rank: int, error: str | None) -> str:
-    message = failure_message(record_dir, rank)
-    return f"rank {rank} failed first" + (f": {message}" if message else "") + f" ({error})"
+def _failure(record_dir: Path, world_size: int, endings: dict[int, Ending], spared: frozenset[int],
+             fallback: str | None) -> tuple[str | None, str | None]:
+    """(error, log tail) of a failed run: the rank that died first, with its signal or exception and its log
+    first, then what happened to the others."""
+    deaths = rank_deaths(record_dir, world_size, endings, spared)
+    if not deaths:
+        return fallback, _logs_tail(record_dir, None)
+    return describe(deaths), _logs_tail(record_dir, deaths[0].rank)
 
 
-def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: float) -> None:
+def _release_forkserver() -> None:
+    """Close this process's copy of the forkserver's 'alive' pipe. multiprocessing hands it to every process the
+    server forks, and the server exits only once every holder has closed it: a rank holding it keeps the server
+    alive after the harness is killed, and so itself (its parent-death signal waits for the server)."""
+    from multiprocessing import forkserver
+
+    fd = forkserver._forkserver._forkserver_alive_fd
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        forkserver._forkserver._forkserver_alive_fd = None
+
+
+def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: float, parent: int) -> None:
+    _release_forkserver()
+    die_with_parent(parent)  # the forkserver, which exits when the harness does (however it dies)
     os.setpgrp()  # its own process group: the launcher kills the whole group
     log = os.open(Path(job.record_dir) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(log, 1)
@@ -166,7 +181,7 @@ def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: 
 
     store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
                           timeout=timedelta(seconds=timeout_s))
-    exit_after(failure_marker(job.record_dir, rank), run_rank, job, rank, world_size, rank, store)
+    exit_after(job.record_dir, rank, run_rank, job, rank, world_size, rank, store)
 
 
 #: (pid, modules) of the forkserver this process started last. multiprocessing keeps ONE forkserver per process,
@@ -266,20 +281,14 @@ class ForkedLauncher:
         started = time.perf_counter()
         store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
                               timeout=timedelta(seconds=timeout_s))
-        procs = [self._mp.Process(target=_forked_rank, args=(job, r, world_size, store.port, timeout_s),
+        server = _server[0] if _server is not None else os.getpid()
+        procs = [self._mp.Process(target=_forked_rank, args=(job, r, world_size, store.port, timeout_s, server),
                                   daemon=False) for r in range(world_size)]
         with _main_module_hidden():
             for proc in procs:
                 proc.start()
         try:
-            status, error, log_tail = wait_all([lambda p=p: p.exitcode for p in procs],
-                                               [f"rank {r}" for r in range(world_size)], started + timeout_s,
-                                               lambda i: _logs_tail(record_dir, i), timeout_s)
-            if status == "error":
-                first = first_failed_rank(record_dir, world_size)
-                if first is not None:
-                    error = _first_failure(record_dir, first, error)
-                    log_tail = _logs_tail(record_dir, first)
+            status, error, log_tail = self._wait(procs, record_dir, started + timeout_s, timeout_s)
         finally:
             for proc in procs:
                 _kill_group(proc.pid)
@@ -287,6 +296,35 @@ class ForkedLauncher:
             _kill_ranks(record_dir)
             del store
         return LaunchResult(status, time.perf_counter() - started, error, log_tail)
+
+    @staticmethod
+    def _wait(procs: list[Any], record_dir: Path, deadline: float,
+              timeout_s: float) -> tuple[LaunchStatus, str | None, str | None]:
+        """Wake on each rank's exit (its sentinel) and note when and how it ended. The first death (non-zero
+        exit, or an exit without the done marker) gives the others GRACE_S to end by themselves."""
+        from multiprocessing.connection import wait
+
+        sentinels = {proc.sentinel: rank for rank, proc in enumerate(procs)}
+        endings: dict[int, Ending] = {}
+        failed_at: float | None = None
+        while len(endings) < len(procs):
+            now = time.perf_counter()
+            until = deadline if failed_at is None else min(deadline, failed_at + GRACE_S)
+            if now >= until:
+                break
+            for sentinel in wait([s for s, r in sentinels.items() if r not in endings], timeout=until - now):
+                rank = sentinels[sentinel]
+                code = procs[rank].exitcode
+                endings[rank] = Ending(time.time(), code)
+                if failed_at is None and (code != 0 or not finished(record_dir, rank)):
+                    failed_at = time.perf_counter()
+        if failed_at is None and len(endings) == len(procs):
+            return "ok", None, None
+        if failed_at is None:
+            return "timeout", f"killed after its timeout ({timeout_s:g} s)", _logs_tail(record_dir, None)
+        spared = frozenset(r for r in range(len(procs)) if r not in endings)
+        error, log_tail = _failure(record_dir, len(procs), endings, spared, "a rank died")
+        return "error", error, log_tail
 
 
 def torchrun_commands(layout: Layout, job_file: Path, master_addr: str, port: int, run_id: str,
@@ -322,16 +360,22 @@ class TorchrunLauncher:
         started = time.perf_counter()
         procs = []
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(job.visible_devices or {})}
+        watch = _RankWatch(record_dir)
         for node in nodes:
             log = open(record_dir / f"node{node}.log", "w")  # noqa: SIM115 - closed with the process
             procs.append((subprocess.Popen(commands[node], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                           start_new_session=True), log))
+                                           start_new_session=True, preexec_fn=_term_with_parent()), log))
         try:
             status, error, log_tail = wait_all(
                 [p.poll for p, _ in procs], [f"torchrun on node {n}" for n in nodes], started + timeout_s,
-                lambda i: tail(record_dir / f"node{nodes[i or 0]}.log"), timeout_s)
-            if status == "error" and (first := first_failed_rank(record_dir, layout.world_size)) is not None:
-                error = _first_failure(record_dir, first, error)
+                lambda i: tail(record_dir / f"node{nodes[i or 0]}.log"), timeout_s, watch.poll)
+            if status == "error":
+                for proc, _ in procs:  # a torchrun still running (another node) gets its workers' ends reported
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=GRACE_S)
+                watch.poll()
+                endings, spared = watch.torchrun_view(record_dir.glob("node*.log"))
+                error, log_tail = _failure(record_dir, layout.world_size, endings, spared, error)
         finally:
             for proc, log in procs:
                 _kill_group(proc.pid)
@@ -339,3 +383,74 @@ class TorchrunLauncher:
                 log.close()
             _kill_ranks(record_dir)
         return LaunchResult(status, time.perf_counter() - started, error, log_tail)
+
+
+def _term_with_parent() -> Callable[[], None] | None:
+    """A Popen preexec_fn that has the kernel send SIGTERM to torchrun when the harness dies, however (torchrun
+    then stops its workers; each worker also dies with torchrun: worker.die_with_parent). Linux only."""
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+
+    def arm() -> None:
+        prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return arm
+
+
+#: torchrun's failure report (torch/distributed/elastic/multiprocessing/errors/__init__.py) and its log line when
+#: it stops the other workers (elastic/multiprocessing/api.py, _close)
+_TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+_TORCHRUN_CLOSING = re.compile(r"Sending process (\d+) closing signal")
+
+
+class _RankWatch:
+    """torchrun's workers are not this process's children: when each ended is seen by polling their pids (each
+    writes rank<N>.pid), their exit codes come from torchrun's failure report."""
+
+    def __init__(self, record_dir: Path) -> None:
+        self.record_dir = record_dir
+        self.pids: dict[int, int] = {}
+        self.gone: dict[int, float] = {}
+
+    def poll(self) -> bool:
+        for pid_file in self.record_dir.glob("rank*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                self.pids.setdefault(int(pid_file.stem.removeprefix("rank")), int(pid_file.read_text()))
+        for rank, pid in self.pids.items():
+            if rank not in self.gone and not _running(pid):
+                self.gone[rank] = time.time()
+        return False  # torchrun itself exits when a worker dies: its exit ends the wait
+
+    def torchrun_view(self, logs: Iterable[Path]) -> tuple[dict[int, Ending], frozenset[int]]:
+        """(how each rank ended, ranks torchrun closed itself after the first failure)."""
+        codes: dict[int, int] = {}
+        closed: set[int] = set()
+        for log in logs:
+            text = log.read_text(errors="replace")
+            codes |= {int(rank): int(code) for rank, code in _TORCHRUN_FAILURE.findall(text)}
+            closed |= {int(pid) for pid in _TORCHRUN_CLOSING.findall(text)}
+        now = time.time()
+        endings = {rank: Ending(self.gone.get(rank, now), codes.get(rank)) for rank in self.pids if
+                   rank in self.gone or rank in codes}
+        spared = frozenset(rank for rank, pid in self.pids.items() if pid in closed and rank not in codes)
+        return endings, spared
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a worker torchrun has not reaped yet is dead to us)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import numbers
 import os
@@ -19,6 +20,7 @@ from typing import Any
 
 from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.schema import Scenario
+from parity.harness.run.deaths import done_marker, failure_marker
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,33 +214,38 @@ def _rank_provenance(device: str) -> dict[str, Any]:
     return {"versions": versions, "device_name": name, "host": socket.gethostname(), "image": image}
 
 
-def failure_marker(record_dir: str | Path, rank: int) -> Path:
-    """File a failing rank writes its failure time to: peers that die of the broken connection fail later, so
-    the launcher can name the rank that failed first."""
-    return Path(record_dir) / f"rank{rank}.failed"
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG): ranks hold
+    devices and ports, and a harness killed with -9 runs no cleanup. `parent` is the pid the caller expects as
+    its parent; if it is gone already (it died before the signal was armed), exit now. No-op off Linux."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
-def failure_message(record_dir: str | Path, rank: int) -> str:
-    """The exception a failed rank recorded in its marker ('' if none)."""
-    try:
-        return failure_marker(record_dir, rank).read_text().partition("\n")[2].strip()
-    except OSError:
-        return ""
-
-
-def exit_after(marker: Path, fn: Any, *args: Any) -> None:
-    """Run a rank body; on any exception print it, write `marker`, and exit HARD (no barrier, no atexit) so peers
-    are not left waiting in a collective and the launcher sees a non-zero exit at once."""
+def exit_after(record_dir: str | Path, rank: int, fn: Any, *args: Any) -> None:
+    """Run a rank body; on any exception print it, write the rank's failure marker (time first: the launcher
+    names the rank that died first), and exit HARD (no barrier, no atexit) so peers are not left waiting in a
+    collective and the launcher sees a non-zero exit at once. A body that returns writes the done marker: an exit
+    without either is a death too (parity.harness.run.deaths)."""
     try:
         fn(*args)
     except BaseException as exc:
-        marker.write_text(f"{time.time()!r}\n{type(exc).__name__}: {exc}"[:2000])
+        failure_marker(record_dir, rank).write_text(f"{time.time()!r}\n{type(exc).__name__}: {exc}"[:2000])
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
     sys.stdout.flush()
     sys.stderr.flush()
+    done_marker(record_dir, rank).touch()
     os._exit(0)
 
 
@@ -250,10 +257,11 @@ def main(argv: list[str] | None = None) -> None:
     job = RunJob.from_file(args.job)
     env = os.environ
     rank = int(env["RANK"])
+    die_with_parent(os.getppid())  # torchrun: a torchrun killed with -9 cannot stop its workers itself
     # torchrun starts each worker in a session of its own: the launcher kills it by this pid, not torchrun's group
     (Path(job.record_dir) / f"rank{rank}.pid").write_text(str(os.getpid()))
-    exit_after(failure_marker(job.record_dir, rank), run_rank, job, rank, int(env["WORLD_SIZE"]),
-               int(env.get("LOCAL_RANK", 0)), None)
+    exit_after(job.record_dir, rank, run_rank, job, rank, int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
+               None)
 
 
 if __name__ == "__main__":

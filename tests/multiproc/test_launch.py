@@ -9,10 +9,13 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from parity.harness.cli import main
+from parity.harness.contract.schema import Scenario
+from parity.harness.runner import Runner
 from tests.conftest import REPO
 
 MIXED = """
@@ -44,7 +47,7 @@ def test_crash_and_hang_are_contained(write_yaml, tmp_path, cache_dir):
     assert len(lines) == 4
     crash = verdicts["tiny-qwen3/fsdp2/dp2/fp32/cpu+crash"]
     assert crash["verdict"] == "ERROR"
-    assert "rank 1 failed first" in crash["reasons"][0]  # rank 0 dies of the broken connection, later
+    assert "rank 1 died first: InjectedCrash" in crash["reasons"][0]  # rank 0 dies of the broken connection, later
     assert "InjectedCrash: injected crash on rank 1 at step 1" in crash["log_tail"]
     hang = verdicts["tiny-qwen3/fsdp2/dp2/fp32/cpu+hang"]
     assert hang["verdict"] == "ERROR" and "timeout" in hang["reasons"][0]
@@ -54,6 +57,27 @@ def test_crash_and_hang_are_contained(write_yaml, tmp_path, cache_dir):
     # the hung ranks printed their pids: none may survive the launcher
     pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", hang["log_tail"])]
     assert pids and not any(_alive(pid) for pid in pids)
+
+
+DEATHS = {"SegfaultEngine": "killed by SIGSEGV (signal 11)", "KilledEngine": "killed by SIGKILL (signal 9)",
+          "ExitZeroEngine": "exited with code 0 before finishing its run"}
+
+
+@pytest.mark.parametrize(("engine", "launcher"), [*((engine, "forked") for engine in sorted(DEATHS)),
+                                                   ("SegfaultEngine", "torchrun")])  # a torchrun start costs ~8 s
+def test_the_rank_that_died_first_is_named_first_with_its_signal(runner, engine, launcher):
+    """Rank 1 dies without raising (tests/data/dying_engine.py) while rank 0 waits in the step's collective: rank 0
+    then fails of the lost connection, a moment later. The error names rank 1 and how it died, rank 0 after it;
+    the log tail opens on rank 1's log. (Before: 'rank 0 failed first: RuntimeError: ... Connection reset by
+    peer', the cause absent or last.)"""
+    scenario = Scenario(model="tiny-qwen3", engine=f"tests.data.dying_engine:{engine}", layout={"dp": 2},
+                        timeout=120)
+    launch = runner if launcher == "forked" else Runner(replace(runner.options, launcher="torchrun"))
+    record = launch.execute(scenario, f"dies-{engine}", runner.options.out_dir / f"dies-{engine}-{launcher}")
+    assert record.status == "error", record
+    assert record.error.startswith(f"rank 1 died first: {DEATHS[engine]}"), record.error
+    assert "rank 0" not in record.error.split(";")[0] and "; then rank 0: " in record.error
+    assert record.log_tail.startswith("--- rank1.log") or launcher == "torchrun", record.log_tail
 
 
 def test_forked_launcher_kills_hung_ranks(runner, write_yaml):

@@ -61,6 +61,9 @@ COMMANDS = {
     "pytest": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "s.yaml", "--parity-out={out}",
                "--parity-cache-dir={cache}"],
 }
+KILLED = {f"{entry}-kill9": COMMANDS[entry] for entry in ("parity-run-forked", "parity-run-torchrun")}
+"""The same runs killed with SIGKILL: no handler runs, the kernel's parent-death signal must end the ranks."""
+COMMANDS |= KILLED
 
 
 @dataclass
@@ -100,7 +103,7 @@ def started(tmp_path_factory, cache_dir, runner):
             run.proc.wait(timeout=30)
 
 
-@pytest.mark.parametrize("entry", sorted(COMMANDS))
+@pytest.mark.parametrize("entry", sorted(set(COMMANDS) - set(KILLED)))
 def test_sigterm_kills_every_rank_and_reports_what_finished(started, entry):
     """Both launchers under `parity run`, and pytest (whose plugin installs the same handling)."""
     run = started[entry]
@@ -120,3 +123,20 @@ def test_sigterm_kills_every_rank_and_reports_what_finished(started, entry):
     # the finished scenario ran under the launcher asked for (for torchrun: one torchrun on this node)
     launcher = "torchrun" if entry == "parity-run-torchrun" else "forked"
     assert results[0]["provenance"]["launcher"] == launcher
+
+
+@pytest.mark.parametrize("entry", sorted(KILLED))
+def test_kill_9_of_the_harness_leaves_no_rank_alive_within_5_s(started, entry):
+    """SIGKILL runs no handler and no `finally`: the forked ranks die with the forkserver (which exits when the
+    harness does) and torchrun with the harness, its workers with it, by the parent-death signal each arms."""
+    run = started[entry]
+    proc, out, value = run.proc, run.out, run.tag
+    hung = lambda: any("injected hang" in p.read_text(errors="replace")  # noqa: E731
+                       for p in (out / "records").rglob("*.log"))
+    assert wait_for(hung, 240), run.output()
+    assert len(tagged_pids(value)) >= 3  # the harness, its ranks (and forkserver / torchrun)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert wait_for(lambda: not tagged_pids(value), 5), f"left behind: {tagged_pids(value)}"
+    finished = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["verdict"]) for r in finished] == [("tiny-qwen3/hf/single/fp32/cpu", "PASS")]

@@ -18,6 +18,8 @@ from parity.harness.config.errors import ScenarioError
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge import drift
+from parity.harness.judge.golden import integrity as golden_integrity
+from parity.harness.judge.golden import manifest_of
 from parity.harness.judge.reference import (
     baseline_scenario,
     cache_key,
@@ -28,6 +30,7 @@ from parity.harness.judge.reference import (
 )
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, skipped
 from parity.harness.options import RunOptions, slug
+from parity.harness.run import ref_cache
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
 from parity.harness.run.launch import ForkedLauncher, Interrupted, LaunchResult, TorchrunLauncher, interrupt_on_signals
 from parity.harness.run.preload import forkserver_preload
@@ -131,6 +134,10 @@ class Runner:
         except Exception as exc:  # e.g. a record without the tensors the comparison needs
             return failed(scenario, "comparing", exc)
         verdict.info["reference_wall_time_s"] = reference.wall_time_s
+        if scenario.reference.startswith("golden:") and manifest_of(golden_dir(scenario)) is None:
+            verdict.info.setdefault("warnings", []).append(
+                f"golden {golden_dir(scenario)} has no manifest.json: its content is not verified (goldens "
+                "recorded with `parity golden record` are)")
         verdict = drift.gate(verdict, scenario.perf, self._history.get(scenario.id, []))
         return verdict
 
@@ -149,6 +156,9 @@ class Runner:
     def _reference(self, scenario: Scenario) -> RunRecord:
         ref = reference_scenario(scenario)
         if ref is None:
+            if problems := golden_integrity(golden_dir(scenario)):
+                return RunRecord.failed("golden", "", "error", f"golden {golden_dir(scenario)} is not the one its "
+                                        f"manifest pins: {'; '.join(problems)}")
             try:
                 golden = RunRecord.load(golden_dir(scenario))
             except (OSError, ValueError, TypeError, KeyError) as exc:
@@ -164,10 +174,7 @@ class Runner:
         if key in self._references:
             return self._references[key]
         directory = self.options.cache_dir / "refs" / f"{slug(run.id)}-{key}"
-        if (directory / "record.json").is_file():
-            record = RunRecord.load(directory)
-        else:
-            record = self.execute(run, f"{kind}:{run.id}", directory)
+        record = ref_cache.get_or_compute(directory, lambda where: self.execute(run, f"{kind}:{run.id}", where))
         self._references[key] = record
         return record
 

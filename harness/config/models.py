@@ -100,15 +100,37 @@ def hf_modeling_module(model: str) -> str | None:
     return f"transformers.models.{model_type}.modeling_{model_type}"
 
 
+#: suffixes of the files a checkpoint's numbers come from (config, weights, remote code)
+CHECKPOINT_FILES = (".json", ".safetensors", ".bin", ".pt", ".py")
+
+
 def model_identity(model: str) -> str:
-    """What a cached reference is keyed on: the tiny config, or the checkpoint's config + weight file stats."""
+    """What a cached reference and a golden are keyed on: the tiny config, or the content of the checkpoint's
+    config and weight files (a copy on another node, with other mtimes, is the same model; an edited one is not)."""
     if is_tiny(model):
         blob = json.dumps(tiny_config_dict(model), sort_keys=True) + str(SEED_FOR_WEIGHTS)
     else:
         root = Path(expand_model_path(model))
-        files = sorted(p for p in root.glob("*") if p.suffix in (".json", ".safetensors", ".bin"))
-        blob = "|".join(f"{p.name}:{p.stat().st_size}:{int(p.stat().st_mtime)}" for p in files)
+        files = sorted(p for p in root.glob("*") if p.suffix in CHECKPOINT_FILES and p.is_file())
+        blob = "|".join(f"{p.name}:{file_digest(p)}" for p in files)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+_digests: dict[tuple[str, int, int, int, int], str] = {}
+"""sha256 of files already hashed by this process, by (path, inode, size, mtime, ctime): a checkpoint of many GB is
+read once per harness run, and again as soon as it changes (a write moves ctime, which no one can set back)."""
+
+
+def file_digest(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key not in _digests:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 24), b""):
+                digest.update(block)
+        _digests[key] = digest.hexdigest()
+    return _digests[key]
 
 
 def ensure_checkpoint(model: str, cache_dir: Path) -> Path:

@@ -68,6 +68,42 @@ def verify(root: Path) -> list[str]:
     return problems
 
 
+def manifest_of(record_dir: Path) -> Path | None:
+    """The manifest that lists a golden record directory: in its golden set (the parent), or beside it."""
+    for root in (record_dir.parent, record_dir):
+        if (root / MANIFEST).is_file():
+            return root / MANIFEST
+    return None
+
+
+def integrity(record_dir: Path) -> list[str]:
+    """Why a golden used as a reference is not what its manifest pins: a file whose sha256 differs, a listed file
+    that is missing, a record file the manifest does not list, a directory the manifest does not hold. Empty when
+    it verifies, or when there is no manifest (a plain record directory: nothing to verify it against)."""
+    manifest = manifest_of(record_dir)
+    if manifest is None:
+        return []
+    try:
+        goldens = json.loads(manifest.read_text())["goldens"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"{manifest} is unreadable: {exc}"]
+    root = manifest.parent
+    item = next((g for g in goldens.values() if (root / g.get("dir", "")).resolve() == record_dir.resolve()), None)
+    if item is None:
+        return [f"{record_dir} is not listed in {manifest}"]
+    problems = []
+    for name in HASHED:
+        path, digest = record_dir / name, item["files"].get(name)
+        if digest is None:
+            if path.is_file():
+                problems.append(f"{path} is not listed in {manifest}")
+        elif not path.is_file():
+            problems.append(f"{path} is missing")
+        elif (actual := sha256(path)) != digest:
+            problems.append(f"{path} has sha256 {actual[:12]}…, {manifest} says {digest[:12]}…")
+    return problems
+
+
 @dataclass(frozen=True, slots=True)
 class GoldenDelta:
     run_id: str

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.harness.config.models import expand_model_path, model_identity
-from parity.harness.contract.schema import Layout, Scenario
+from parity.harness.contract.schema import Layout, Scenario, Workload
 
 
 def reference_scenario(scenario: Scenario) -> Scenario | None:
@@ -68,24 +68,41 @@ def engine_module(run: Scenario) -> str | None:
 
 
 def run_identity(run: Scenario) -> dict[str, Any]:
-    """What a golden must agree on with the scenario judged against it (stored in every record's provenance)."""
+    """What a golden must agree on with the scenario judged against it (stored in every record's provenance):
+    the model by content, every workload field (defaults too), the dtype, and the faults it ran with."""
     return {"model": run.model, "model_identity": model_identity(run.model),
-            "workload": run.workload.model_dump(mode="json")}
+            "workload": _workload_fields(run.workload), "dtype": run.dtype,
+            "faults": [fault.model_dump(mode="json") for fault in run.faults]}
+
+
+def _workload_fields(workload: Workload) -> dict[str, Any]:
+    """Every field, defaults included (the JSON dump leaves some defaults out to keep old content hashes)."""
+    return {name: getattr(workload, name) for name in Workload.model_fields}
 
 
 def golden_mismatch(provenance: dict[str, Any], scenario: Scenario) -> list[str]:
-    """The fields in which a golden's recorded identity differs from the scenario's ('workload.seed 1234 vs 7')."""
+    """Why a golden cannot judge the scenario: its recorded identity differs ('workload.seed 1234 vs 7', 'dtype
+    fp32 vs bf16'), or it was recorded with faults (a golden is a clean run)."""
     want = run_identity(scenario)
     missing = [key for key in want if key not in provenance]
     if missing:
-        return [f"no recorded {', '.join(missing)} (a golden recorded before provenance was stored)"]
+        return [f"no recorded {', '.join(missing)} (a golden recorded before provenance was stored: record it "
+                "again)"]
     problems = []
     if provenance["model_identity"] != want["model_identity"]:
         problems.append(f"model {provenance['model']} ({provenance['model_identity']}) vs {want['model']} "
                         f"({want['model_identity']})")
-    stored = provenance["workload"]
-    problems += [f"workload.{key} {stored.get(key)!r} vs {value!r}" for key, value in want["workload"].items()
-                 if stored.get(key) != value]
+    try:
+        stored = _workload_fields(Workload.model_validate(provenance["workload"]))
+    except ValueError as exc:
+        return [*problems, f"its recorded workload is not valid: {exc}"]
+    problems += [f"workload.{key} {stored[key]!r} vs {value!r}" for key, value in want["workload"].items()
+                 if stored[key] != value]
+    if provenance["dtype"] != want["dtype"]:
+        problems.append(f"dtype {provenance['dtype']} vs {want['dtype']}")
+    if provenance["faults"]:
+        kinds = ", ".join(str(fault.get("kind")) for fault in provenance["faults"])
+        problems.append(f"it was recorded with faults ({kinds}): not a clean reference")
     return problems
 
 

@@ -97,6 +97,8 @@ def test_golden_and_single_rank_references(passing_run, write_yaml, tmp_path, ca
     assert main(["run", str(second), "--out", str(tmp_path / "second"), "--cache-dir", str(cache_dir)]) == 0
     lines = [json.loads(line) for line in (tmp_path / "second" / "results.jsonl").read_text().splitlines()]
     assert [r["verdict"] for r in lines] == ["PASS", "PASS"]
+    assert lines[0]["warnings"] == [f"golden {golden} has no manifest.json: its content is not verified (goldens "
+                                    "recorded with `parity golden record` are)"]
     assert lines[0]["reference"] == f"golden:{golden}" and lines[1]["reference"] == "single_rank"
 
 

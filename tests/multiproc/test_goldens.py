@@ -41,11 +41,21 @@ def test_record_verify_diff_and_judge_against_a_golden(write_yaml, tmp_path, cac
     assert "loss rel (worst)" in header and row.startswith("tiny-qwen3/hf/single/fp32/cpu")
     assert "0.01" in row and "+1" in row and cells["id"] == "tiny-qwen3/hf/single/fp32/cpu"
 
+    # judged against the edited copy: refused by its manifest's hash (before, judged against: FAIL for the wrong
+    # reason), naming the file; nothing is launched
+    tampered = f"matrix:\n  - {{model: tiny-qwen3, strategy: hf, reference: 'golden:{new / SLUG}'}}\n"
+    assert main(["run", str(write_yaml(tampered, "tampered.yaml")), "--out", str(tmp_path / "out-tampered"),
+                 "--cache-dir", str(cache_dir)]) == 1
+    refused = json.loads((tmp_path / "out-tampered" / "results.jsonl").read_text())
+    assert refused["verdict"] == "ERROR" and "is not the one its manifest pins" in refused["reasons"][0]
+    assert f"{new / SLUG / 'record.json'} has sha256" in refused["reasons"][0]
+
     judged = f"matrix:\n  - {{model: tiny-qwen3, strategy: hf, reference: 'golden:{old / SLUG}'}}\n"
     out = tmp_path / "out"
     assert main(["run", str(write_yaml(judged, "judged.yaml")), "--out", str(out), "--cache-dir",
                  str(cache_dir)]) == 0
     result = json.loads((out / "results.jsonl").read_text())
     assert result["metrics"]["logprob_max_abs"] == 0.0  # the same engine and device as the golden
+    assert "warnings" not in result  # verified against its manifest
     ratio = result["metrics"]["vs_reference"]
     assert ratio["tokens_per_s"] > 0 and ratio["peak_memory_mb"] > 0

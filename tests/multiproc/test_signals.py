@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from parity.harness.contract.schema import Scenario
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(),
                                 reason="finds the run's processes through /proc")
@@ -80,12 +79,20 @@ class Started:
 
 
 @pytest.fixture(scope="module")
-def started(tmp_path_factory, cache_dir, runner):
+def shared_cache(tmp_path_factory, cache_dir) -> Path:
+    """One cache for every entry point, without the reference they all need: they start at once and compute it
+    at once (the tiny checkpoint is copied in: its build has had its own lock all along)."""
+    shared = tmp_path_factory.mktemp("shared-cache")
+    shutil.copytree(cache_dir / "models", shared / "models")
+    return shared
+
+
+@pytest.fixture(scope="module")
+def started(tmp_path_factory, shared_cache):
     """Every entry point started at once: each spends most of its 8-19 s importing torch in fresh interpreters and
-    waiting on its ranks, so on 2 cores the three overlap (one after the other they took ~37 s); each test then
-    signals its own once its ranks hang. The shared reference is computed first, so that no two of them write
-    it at the same time."""
-    assert runner._reference(Scenario(model="tiny-qwen3", strategy="hf")).ok  # both rows' (default workload)
+    waiting on its ranks, so on 2 cores they overlap (one after the other three took ~37 s); each test then
+    signals its own once its ranks hang. They share one cache that lacks the reference all of them need."""
+    cache_dir = shared_cache
     runs = {}
     for entry in sorted(COMMANDS):
         work = tmp_path_factory.mktemp(entry)
@@ -101,6 +108,21 @@ def started(tmp_path_factory, cache_dir, runner):
         if run.proc.poll() is None:
             run.proc.kill()
             run.proc.wait(timeout=30)
+
+
+def test_runs_started_at_once_on_one_empty_cache_all_pass(started, shared_cache):
+    """Five runs ask for one reference that is not in their cache, at once: one computes it under the entry's lock
+    while the others wait and load it; every run's first row PASSes and the cache holds one verified entry."""
+    from parity.harness.run import ref_cache
+
+    for entry, run in started.items():
+        results = run.out / "results.jsonl"
+        assert wait_for(lambda r=results: r.is_file() and r.read_text().count("\n") >= 1, 240), run.output()
+        first = json.loads(results.read_text().splitlines()[0])
+        assert (first["id"], first["verdict"]) == ("tiny-qwen3/hf/single/fp32/cpu", "PASS"), (entry, first)
+    entries = [p for p in (shared_cache / "refs").iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1 and ref_cache.problem(entries[0]) is None
+    assert not [p for p in (shared_cache / "refs").iterdir() if ".tmp" in p.name]
 
 
 @pytest.mark.parametrize("entry", sorted(set(COMMANDS) - set(KILLED)))

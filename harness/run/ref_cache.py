@@ -1,0 +1,104 @@
+"""The on-disk cache of reference and baseline runs (`--cache-dir`/refs/<slug>-<key>/), safe to share.
+
+An entry is trusted only when every file matches the sha256 written beside it when the run was stored: a
+truncated, edited or half-written entry is removed (with a warning naming it) and computed again, never judged
+against. Runs on one cache at once (`pytest -n 2`, two CI jobs on one runner) compute an entry once: the first
+holds the entry's lock while it computes into a private directory and renames it into place; the others wait on
+the lock and load what it stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from parity.harness.run.records import RunRecord
+
+SUMS = "cache.sha256.json"
+STORED = ("record.json", "tensors.safetensors")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def problem(directory: Path) -> str | None:
+    """Why the entry cannot be trusted (None: every stored file matches its recorded sha256)."""
+    try:
+        sums = json.loads((directory / SUMS).read_text())
+    except FileNotFoundError:
+        return f"no {SUMS} (written by an older harness, or the write was cut off)"
+    except (OSError, ValueError) as exc:
+        return f"{SUMS} unreadable: {exc}"
+    for name in STORED:
+        path = directory / name
+        if name not in sums:
+            return f"{SUMS} lists no {name}"
+        if not path.is_file():
+            return f"{path} is missing"
+        if _sha256(path) != sums[name]:
+            return f"{path} does not match its sha256 in {SUMS}"
+    return None
+
+
+def load(directory: Path) -> RunRecord | None:
+    """The stored run, or None when there is none or it cannot be trusted (then it is removed, with a warning)."""
+    if not directory.exists():
+        return None
+    why = problem(directory)
+    if why is None:
+        try:
+            return RunRecord.load(directory)
+        except (OSError, ValueError, TypeError, KeyError) as exc:  # matching sums, yet not a record
+            why = f"not a readable record: {exc}"
+    print(f"parity: warning: cached run {directory} cannot be trusted ({why}): computing it again",
+          file=sys.stderr, flush=True)
+    shutil.rmtree(directory, ignore_errors=True)
+    return None
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f".{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def get_or_compute(directory: Path, compute: Callable[[Path], RunRecord]) -> RunRecord:
+    """The entry at `directory`, computed by `compute(private_dir)` if it is absent or untrustworthy. A failed
+    run is returned, not stored."""
+    record = load(directory)
+    if record is not None:
+        return record
+    with locked(directory):
+        record = load(directory)  # another process may have stored it while this one waited
+        if record is not None:
+            return record
+        private = directory.with_name(f".{directory.name}.tmp{os.getpid()}")
+        shutil.rmtree(private, ignore_errors=True)
+        record = compute(private)
+        if record.ok:
+            if not (private / "record.json").is_file():  # the record the caller got was not saved there
+                record.save(private)
+            sums = {name: _sha256(private / name) for name in STORED if (private / name).is_file()}
+            (private / SUMS).write_text(json.dumps(sums, indent=1))
+            shutil.rmtree(directory, ignore_errors=True)
+            private.rename(directory)
+        else:
+            shutil.rmtree(private, ignore_errors=True)
+        return record

@@ -33,6 +33,11 @@ class RunOptions:
     """Rendezvous port all nodes agree on (required with node_rank; a free port otherwise)."""
     history: tuple[Path, ...] = ()
     """Earlier runs' out dirs that perf gates (a scenario's `perf:`) compare with."""
+    require: tuple[Path, ...] = ()
+    """Scenario files whose rows must run here: a row of one that would SKIP (other than `broken`) is an ERROR."""
+
+    def required(self, scenario: Scenario) -> bool:
+        return scenario.source is not None and Path(scenario.source).resolve() in {p.resolve() for p in self.require}
 
     def launcher_for(self, scenario: Scenario) -> Literal["forked", "torchrun"]:
         return launcher_for(scenario, self.launcher, self.node_rank)
@@ -60,6 +65,10 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
                "help": "run only shard I of N (deterministic, even by expected cost); `parity report` merges them"}),
     ("history", {"action": "append", "default": None, "metavar": "DIR",
                  "help": "an earlier run's out dir (repeat it): scenarios with `perf:` gates compare with them"}),
+    ("require", {"action": "append", "default": None, "metavar": "FILE",
+                 "help": "a scenario file whose rows must run here (repeat it): a row that would SKIP (missing "
+                         "package, device, ...; not one marked broken) is an ERROR instead. CI: a green run where "
+                         "half the matrix skipped is not green"}),
 ]
 
 
@@ -78,8 +87,13 @@ def run_options(get: Callable[[str], Any]) -> RunOptions:
         if earlier.resolve() == out.resolve():
             raise ScenarioError(f"--history {earlier} is also the --out directory: this run would replace the "
                                 "results it compares with. Give the new run another --out")
+    required = tuple(Path(f) for f in get("require") or ())
+    for path in required:
+        if not path.is_file():
+            raise ScenarioError(f"--require {path}: no such scenario file")
     return RunOptions(out_dir=out, cache_dir=Path(get("cache_dir")), launcher=get("launcher"),
-                      node_rank=node_rank, master_addr=get("master_addr"), master_port=port, history=history)
+                      node_rank=node_rank, master_addr=get("master_addr"), master_port=port, history=history,
+                      require=required)
 
 
 def writable_out_dir(out_dir: Path, option: str = "--out") -> None:

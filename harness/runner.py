@@ -28,7 +28,7 @@ from parity.harness.judge.reference import (
     reference_scenario,
     run_identity,
 )
-from parity.harness.judge.verdict import Verdict, errored, failed, judge, skipped
+from parity.harness.judge.verdict import Verdict, errored, failed, judge, scenario_info, skipped
 from parity.harness.options import RunOptions, slug
 from parity.harness.run import ref_cache
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
@@ -108,6 +108,9 @@ class Runner:
 
     def _run_scenario(self, scenario: Scenario) -> Verdict:
         reason = skip_reason(scenario)
+        if reason and self.options.required(scenario) and not scenario.broken:
+            return Verdict(scenario.id, "ERROR", [f"required to run here (--require {scenario.source}) but it would "
+                                                  f"SKIP: {reason}"], info=scenario_info(scenario))
         if reason:
             return skipped(scenario, reason)
         if not self.options.judges:

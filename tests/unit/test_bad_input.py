@@ -119,3 +119,9 @@ def test_history_that_is_the_out_dir_is_refused_before_its_results_are_deleted(w
                  str(tmp_path / "." / "last-night")]) == 2
     assert "is also the --out directory" in capsys.readouterr().err
     assert (earlier / "results.jsonl").read_text() == before
+
+
+def test_require_of_a_file_that_does_not_exist_is_bad_input(write_yaml, tmp_path, capsys):
+    assert main(["run", str(write_yaml(HF_ROW)), "--out", str(tmp_path / "out"), "--require",
+                 str(tmp_path / "cpu.yml")]) == 2
+    assert f"--require {tmp_path / 'cpu.yml'}: no such scenario file" in capsys.readouterr().err

@@ -19,10 +19,25 @@ from pathlib import Path
 from seed_scan import matrix_rows  # benchmarks/ is on sys.path when run as a script
 
 from parity.harness.judge.reference import baseline_scenario
-from parity.harness.judge.verdict import judge
+from parity.harness.judge.tolerances import DEFAULTS
+from parity.harness.judge.verdict import PHASES, judge
 from parity.harness.options import RunOptions
 from parity.harness.run.records import RunRecord
 from parity.harness.runner import Runner, slug
+
+LOWER_BOUNDS = {"log-prob before training max |Δ| (bf16)": DEFAULTS["bf16"].logprob_max_abs_min,
+                "entropy before training max |Δ| (bf16)": DEFAULTS["bf16"].entropy_max_abs_min,
+                **{f"{label} median |Δ| ratio to baseline (bf16)": DEFAULTS["bf16"].ratio_median_min or 0.0
+                   for label in PHASES.values()}}
+
+
+def lower_bounded(verdict) -> dict[str, float | None]:
+    """The values the bf16 lower bounds judge (verdict.precision_problems)."""
+    metrics = verdict.metrics
+    return {"log-prob before training max |Δ| (bf16)": (metrics.get("logprobs_before") or {}).get("max_abs"),
+            "entropy before training max |Δ| (bf16)": (metrics.get("entropy_before") or {}).get("max_abs"),
+            **{f"{label} median |Δ| ratio to baseline (bf16)": (metrics.get(key) or {}).get("ratio_median")
+               for key, label in PHASES.items()}}
 
 
 def check_key(check) -> str:
@@ -39,6 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     runner = Runner(RunOptions(out_dir=args.keep, cache_dir=args.cache_dir))
     worst: dict[str, tuple[float, str]] = defaultdict(lambda: (0.0, ""))
+    least: dict[str, tuple[float, str]] = {}
     runs, fails = 0, []
     for seed_dir in sorted(args.keep.glob("seed*"), key=lambda p: int(re.sub(r"\D", "", p.name))):
         seed = int(seed_dir.name.removeprefix("seed"))
@@ -57,9 +73,15 @@ def main() -> None:
                 share = check.observed / check.limit if check.limit else (math.inf if check.observed else 0.0)
                 if not math.isfinite(share) or share > worst[check_key(check)][0]:
                     worst[check_key(check)] = (share, f"seed {seed} {scenario.id}")
+            for name, value in lower_bounded(verdict).items():  # a floor: the least clean value is the margin
+                if value is not None and value < least.get(name, (math.inf, ""))[0]:
+                    least[name] = (value, f"seed {seed} {scenario.id}")
     print(f"{runs} clean runs judged again, {len(fails)} not PASS (false FAILs: must be 0)")
     for line in fails:
         print("  " + line)
+    print("\nlower bounds (the precision checks): least clean value, its bound, and the run")
+    for name, (value, where) in sorted(least.items()):
+        print(f"  {value:9.3g}  {name:<58} bound {LOWER_BOUNDS[name]:.3g}  {where}")
     print("\nworst observed / limit per check:")
     for name, (share, where) in sorted(worst.items(), key=lambda kv: -kv[1][0])[:args.top]:
         print(f"  {share:6.3f}  {name:<58} {where}")

@@ -193,6 +193,17 @@ def precision_problems(dtype: str, candidate: RunRecord, metrics: dict[str, Any]
     if limits.logprob_max_abs_min and observed < limits.logprob_max_abs_min:
         problems.append(f"not computed in {dtype}: log-prob before training max |Δ| vs fp32 = {observed:.3g} < "
                         f"{limits.logprob_max_abs_min:.3g}, the least a {dtype} forward differs by (lower bound)")
+    entropy = metrics["entropy_before"]["max_abs"]
+    if limits.entropy_max_abs_min and not entropy >= limits.entropy_max_abs_min:
+        problems.append(f"not computed in {dtype}: entropy before training max |Δ| vs fp32 = {entropy:.3g} < "
+                        f"{limits.entropy_max_abs_min:.3g}, the least a {dtype} forward differs by (lower bound)")
+    if limits.ratio_median_min is not None:
+        for key, label in PHASES.items():
+            ratio = (metrics.get(key) or {}).get("ratio_median")
+            if ratio is not None and not ratio >= limits.ratio_median_min:
+                problems.append(f"not computed in {dtype}: {label} median |Δ| is {ratio:.3g}x the {dtype} baseline's "
+                                f"(< {limits.ratio_median_min:.3g}, lower bound): nearer fp32 than {dtype} arithmetic "
+                                "gets")
     return problems
 
 

@@ -214,7 +214,13 @@ def test_low_precision_run_that_computed_in_fp32_fails():
     verdict = judge(bf16, make_record(), make_record())
     assert verdict.status == "FAIL"
     assert verdict.reasons == ["not computed in bf16: log-prob before training max |Δ| vs fp32 = 0 < 0.001, the least "
+                               "a bf16 forward differs by (lower bound)",
+                               "not computed in bf16: entropy before training max |Δ| vs fp32 = 0 < 5e-05, the least "
                                "a bf16 forward differs by (lower bound)"]
+    rounded = make_record()  # log-probs rounded to bf16 after an fp32 forward: they clear the log-prob bound
+    rounded.tensors["logprobs_before"] = rounded.tensors["logprobs_before"].bfloat16().float()
+    assert [r.split(" vs ")[0] for r in judge(bf16, rounded, make_record()).reasons] == [
+        "not computed in bf16: entropy before training max |Δ|"]
     honest = make_record(noise=0.01)
     assert judge(bf16, honest, make_record()).status == "PASS"
     honest.effective_dtype = "fp32"  # the engine itself says it computed in fp32

@@ -1,46 +1,123 @@
-"""The drift rule (harness/judge/drift.py) on synthetic histories of a step time with Gaussian run-to-run noise:
-how often a 10 % slowdown is flagged at the run it starts in, and how often 20 clean runs raise a false alarm.
+"""The history rule and the perf gate (harness/judge/drift.py) on synthetic histories: 75 scenarios x 20 nights of
+step times with log-normal run-to-run noise. Prints, per noise level:
 
-    python benchmarks/drift_rule.py [--noise 0.02] [--trials 500]
+- how often a history of clean scenarios flags any of them: judged once over the 20 nights, and judged every
+  night over the nights so far (what a nightly `parity history` shows);
+- how often a step in one scenario (+10 % at 2 % noise, +25 % at 5 %) is flagged within 3 nights of it (the
+  history cut 3 nights after the step starts), at a random night and at fixed ones;
+- a slow creep (+1 % a night) and a regression that undoes an earlier improvement;
+- the perf gate (max_slowdown 5 %): false FAILs of a clean run and the share of slowdowns it FAILs, by the number
+  of earlier runs of the same provenance.
+
+    python benchmarks/drift_rule.py [--trials 200] [--noise 0.02 0.05]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 
-from parity.harness.judge.drift import change_points
+from parity.harness.contract.schema import PerfGate
+from parity.harness.judge.drift import GATE_MIN, METRICS, flag_changes, perf_breaches
 
-MARGIN = 0.05  # the step-time metric's margin in drift.METRICS
+STEP_TIME = next(m for m in METRICS if m.key == "step_time_s")
+SCENARIOS, NIGHTS, DETECT_WITHIN = 75, 20, 3
+STEPS = {0.02: 0.10, 0.05: 0.25}
+"""Noise level -> the step that must be caught (the issue's acceptance)."""
 
 
-def rates(noise: float, trials: int, runs: int = 20, step: float = 0.10) -> dict[str, float]:
-    rng = random.Random(0)
-    hits = latest = false = spikes = 0
+def history(rng: random.Random, noise: float, scenarios: int = SCENARIOS, nights: int = NIGHTS) -> list[list[float]]:
+    """Step times per scenario and night: a base time per scenario times log-normal noise."""
+    return [[base * math.exp(rng.gauss(0.0, noise)) for _ in range(nights)]
+            for base in (rng.uniform(0.05, 2.0) for _ in range(scenarios))]
+
+
+def flagged(series: list[list[float]], upto: int | None = None) -> dict[int, list]:
+    return flag_changes({i: (values[:upto], STEP_TIME) for i, values in enumerate(series)})
+
+
+def clean_rates(rng: random.Random, noise: float, trials: int) -> tuple[float, float]:
+    """(share of histories with any flag judged once at the end, share with a flag on any night)."""
+    once = nightly = 0
     for _ in range(trials):
-        clean = [rng.gauss(1.0, noise) for _ in range(runs)]
-        false += bool(change_points(clean, "up", MARGIN))
-        spiked = [*clean[:runs // 2], 1.0 + 10 * noise, *clean[runs // 2 + 1:]]
-        spikes += any(c.index == runs // 2 for c in change_points(spiked, "up", MARGIN))
-        at = runs - 5
-        stepped = clean[:at] + [v * (1 + step) for v in clean[at:]]
-        hits += any(c.index == at for c in change_points(stepped, "up", MARGIN))
-        last = [*clean[:-1], clean[-1] * (1 + step)]
-        latest += any(c.index == runs - 1 for c in change_points(last, "up", MARGIN))
-    return {"10% slowdown 5 runs before the end, flagged at its run": hits / trials,
-            "10% slowdown in the latest run only, flagged": latest / trials,
-            f"one noisy run (+{10 * noise:.0%}) flagged as a change": spikes / trials,
-            f"{runs} clean runs, any false alarm": false / trials}
+        series = history(rng, noise)
+        once += bool(flagged(series))
+        nightly += any(flagged(series, night) for night in range(5, NIGHTS + 1))
+    return once / trials, nightly / trials
+
+
+def step_rate(rng: random.Random, noise: float, step: float, trials: int, at: int | None = None) -> tuple[float, float]:
+    """(share of trials whose stepped scenario is flagged at the step (or the 2 nights after) with the history cut
+    DETECT_WITHIN nights after it starts, share of those trials that also flag a clean scenario)."""
+    hits = false = 0
+    for _ in range(trials):
+        series = history(rng, noise)
+        start = at if at is not None else rng.randint(8, NIGHTS - DETECT_WITHIN)
+        series[0] = [v * (1 + step) if i >= start else v for i, v in enumerate(series[0])]
+        flags = flagged(series, start + DETECT_WITHIN)
+        hits += any(start <= c.index < start + DETECT_WITHIN for c in flags.get(0, []))
+        false += any(key != 0 for key in flags)
+    return hits / trials, false / trials
+
+
+def shaped_rate(rng: random.Random, noise: float, trials: int, shape: str) -> float:
+    """Creep: +1 % a night from night 0, flagged by night 20. Undo: -10 % from night 5, back from night 12,
+    flagged at nights 12-14 with the history cut at night 15."""
+    hits = 0
+    for _ in range(trials):
+        series = history(rng, noise)
+        if shape == "creep":
+            series[0] = [v * 1.01 ** i for i, v in enumerate(series[0])]
+            hits += bool(flagged(series).get(0))
+        else:
+            series[0] = [v * (0.9 if 5 <= i < 12 else 1.0) for i, v in enumerate(series[0])]
+            hits += any(12 <= c.index < 15 for c in flagged(series, 15).get(0, []))
+    return hits / trials
+
+
+def gate_rates(rng: random.Random, noise: float, earlier: int, slowdown: float, trials: int) -> tuple[float, float]:
+    """(false FAIL share of a clean run, FAIL share of a run `slowdown` slower), max_slowdown 5 %."""
+    gate = PerfGate(max_slowdown=0.05)
+    false = caught = 0
+    for _ in range(trials):
+        past = [{"step_time_s": math.exp(rng.gauss(0.0, noise))} for _ in range(earlier)]
+        false += bool(perf_breaches(gate, {"step_time_s": math.exp(rng.gauss(0.0, noise))}, past))
+        caught += bool(perf_breaches(gate, {"step_time_s": (1 + slowdown) * math.exp(rng.gauss(0.0, noise))}, past))
+    return false / trials, caught / trials
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--noise", type=float, default=0.02, help="run-to-run noise, relative standard deviation")
-    parser.add_argument("--trials", type=int, default=500)
+    parser.add_argument("--trials", type=int, default=200, help="synthetic histories per figure")
+    parser.add_argument("--noise", type=float, nargs="+", default=[0.02, 0.05],
+                        help="run-to-run noise: standard deviation of the log step time")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    print(f"noise {args.noise:.1%} per run, {args.trials} synthetic histories each")
-    for what, rate in rates(args.noise, args.trials).items():
-        print(f"  {rate:6.1%}  {what}")
+    rng = random.Random(args.seed)
+    print(f"{SCENARIOS} scenarios x {NIGHTS} nights, {args.trials} synthetic histories per figure")
+    for noise in args.noise:
+        step = STEPS.get(noise, 5 * noise)
+        once, nightly = clean_rates(rng, noise, args.trials)
+        print(f"\nnoise {noise:.0%} (log-normal), step {step:.0%}")
+        print(f"  {once:6.1%}  clean histories with any flag, judged once over {NIGHTS} nights")
+        print(f"  {nightly:6.1%}  clean histories with any flag on any night (judged every night from night 5)")
+        hits, false = step_rate(rng, noise, step, args.trials, NIGHTS - DETECT_WITHIN)
+        print(f"  {hits:6.1%}  +{step:.0%} step in one scenario at night {NIGHTS - DETECT_WITHIN + 1} flagged by night "
+              f"{NIGHTS} (within {DETECT_WITHIN} nights; {false:.1%} of those histories also flag a clean scenario)")
+        hits, _ = step_rate(rng, noise, step, args.trials)
+        print(f"  {hits:6.1%}  ... the step at a random night 9-18, flagged within {DETECT_WITHIN} nights")
+        for at in (5, 8, 12):
+            hits, _ = step_rate(rng, noise, step, args.trials // 2, at)
+            print(f"  {hits:6.1%}  ... the step at night {at + 1} (a baseline of {at} nights)")
+        print(f"  {shaped_rate(rng, noise, args.trials, 'creep'):6.1%}  +1 %/night creep over {NIGHTS} nights flagged")
+        print(f"  {shaped_rate(rng, noise, args.trials, 'undo'):6.1%}  -10 % at night 6 undone at night 13, flagged "
+              "by night 15")
+        for earlier in (1, GATE_MIN, 5, 20):
+            for slowdown in (0.10, 0.25):
+                false, caught = gate_rates(rng, noise, earlier, slowdown, args.trials * 5)
+                print(f"  gate, {earlier:2d} earlier runs: {false:6.1%} false FAIL, {caught:6.1%} of +{slowdown:.0%} "
+                      "slowdowns FAIL (max_slowdown 5 %)")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from parity.reports import results as results_file
 
 
 def load_history(directories: Iterable[Path]) -> dict[str, list[dict]]:
-    """Scenario id -> its metrics in each earlier run (oldest first as given), for perf gates."""
+    """Scenario id -> its results (metrics, provenance) in each earlier run that measured it, for perf gates."""
     past: dict[str, list[dict]] = {}
     for directory in directories:
         try:
@@ -49,8 +49,21 @@ def load_history(directories: Iterable[Path]) -> dict[str, list[dict]]:
             raise ScenarioError(f"--history {directory}: cannot read its results ({exc})") from None
         for result in earlier:
             if result.get("verdict") in ("PASS", "FAIL"):
-                past.setdefault(result["id"], []).append(result.get("metrics") or {})
+                past.setdefault(result["id"], []).append(result)
     return past
+
+
+def package_versions() -> dict[str, str]:
+    """The versions a rank records (worker._rank_provenance), read here for rows that launched no rank."""
+    import importlib.metadata as md
+
+    versions = {}
+    for package in ("torch", "transformers", "megatron-core", "torch_npu", "mindspeed"):
+        try:
+            versions[package] = md.version(package)
+        except md.PackageNotFoundError:
+            continue
+    return versions
 
 
 def harness_commit() -> str:
@@ -101,10 +114,15 @@ class Runner:
     def run_scenario(self, scenario: Scenario) -> Verdict:
         """One scenario's verdict. Whatever goes wrong while collecting, comparing or judging it (an unreadable
         golden, a card lease that timed out, a record the comparison cannot read) ERRORs this scenario only."""
+        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         try:
-            return self._run_scenario(scenario)
+            verdict = self._run_scenario(scenario)
         except Exception as exc:  # isolation is the point: the run goes on
-            return failed(scenario, "running", exc)
+            verdict = failed(scenario, "running", exc)
+        if not verdict.info.get("provenance"):  # SKIP / ERROR rows too: `parity history` orders runs by them
+            verdict.info["provenance"] = {"started": started, "harness_commit": self._commit,
+                                          "scenario_hash": scenario.content_hash(), "versions": package_versions()}
+        return verdict
 
     def _run_scenario(self, scenario: Scenario) -> Verdict:
         reason = skip_reason(scenario)

@@ -3,12 +3,14 @@ slowdown, memory growth), each naming the first run at the new level and what ch
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parity.harness.judge.drift import METRICS, Baseline, Change, Metric, change_points
+from parity.harness.judge.drift import ABS_FLOOR, METRICS, Change, Metric, flag_changes
 from parity.reports import results as results_file
 
 IGNORED_PROVENANCE = ("started",)
@@ -19,10 +21,14 @@ IGNORED_PROVENANCE = ("started",)
 class Run:
     label: str
     results: dict[str, dict[str, Any]]
+    written: str = ""
+    """When its results file was last written (ISO): orders a run whose rows carry no start time."""
 
     @property
     def started(self) -> str:
-        return min((str((r.get("provenance") or {}).get("started", "")) for r in self.results.values()), default="")
+        """The earliest start among its rows (every row carries one, SKIP and ERROR too); else `written`."""
+        times = [str((r.get("provenance") or {}).get("started") or "") for r in self.results.values()]
+        return min((t for t in times if t), default=self.written)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,21 +37,31 @@ class Flag:
     metric: Metric
     change: Change
     run: str
-    """Label of the first run at the new level."""
+    """Label of the first run at the new level (where a creep starts)."""
     provenance: list[str]
     """What differs in that run's provenance from the run before it."""
 
     def line(self) -> str:
         changed = "; ".join(self.provenance) or "nothing in its provenance"
-        return (f"{self.metric.kind}: {self.run_id} {self.metric.label} {self.change.relative:+.1%} "
-                f"({self.change.before:.4g} -> {self.change.after:.4g}) first in {self.run}; changed: {changed}")
+        c = self.change
+        if c.kind == "creep":
+            return (f"{self.metric.kind} (creep): {self.run_id} {self.metric.label} {c.relative:+.1%} over "
+                    f"{c.runs} runs from {self.run} ({c.before:.4g} -> {c.after:.4g}; p = {c.p:.2g})")
+        return (f"{self.metric.kind}: {self.run_id} {self.metric.label} {c.relative:+.1%} "
+                f"({c.before:.4g} -> {c.after:.4g}; p = {c.p:.2g}) first in {self.run}; changed: {changed}")
 
 
 def load_runs(directories: list[Path]) -> list[Run]:
-    """One Run per directory, oldest first (by the earliest `started` in its provenance; ties keep the order
-    given)."""
-    runs = [Run(d.name if d.is_dir() else d.parent.name, {r["id"]: r for r in results_file.load([d])})
-            for d in directories]
+    """One Run per directory, oldest first (by the earliest `started` of its rows, else when its results file was
+    written; ties keep the order given)."""
+    runs = []
+    for d in directories:
+        path = d / results_file.RESULTS if d.is_dir() else d
+        written = ""
+        if path.is_file():
+            written = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).isoformat(timespec="seconds")
+        runs.append(Run(d.name if d.is_dir() else d.parent.name,
+                        {r["id"]: r for r in results_file.load([d])}, written))
     return sorted(runs, key=lambda run: run.started)
 
 
@@ -77,16 +93,20 @@ def provenance_diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 
 def detect(runs: list[Run]) -> list[Flag]:
-    flags = []
+    """Flagged changes over every scenario and metric of the history, at drift.FDR_Q false discovery rate over all
+    of them."""
     ids = list(dict.fromkeys(run_id for run in runs for run_id in run.results))
-    for run_id in ids:
-        for metric, values in zip(METRICS, series(runs, run_id).values(), strict=True):
-            for change in change_points(values, metric.worse, metric.margin):
-                previous = next((runs[i].results[run_id] for i in range(change.index - 1, -1, -1)
-                                 if run_id in runs[i].results), {})
-                diff = provenance_diff(previous.get("provenance") or {},
-                                       runs[change.index].results[run_id].get("provenance") or {})
-                flags.append(Flag(run_id, metric, change, runs[change.index].label, diff))
+    series_of = {(run_id, metric.key): (values, metric) for run_id in ids
+                 for metric, values in zip(METRICS, series(runs, run_id).values(), strict=True)}
+    flags = []
+    for key, changes in flag_changes(series_of).items():
+        run_id, metric = key[0], series_of[key][1]
+        for change in changes:
+            previous = next((runs[i].results[run_id] for i in range(change.index - 1, -1, -1)
+                             if run_id in runs[i].results), {})
+            diff = provenance_diff(previous.get("provenance") or {},
+                                   runs[change.index].results[run_id].get("provenance") or {})
+            flags.append(Flag(run_id, metric, change, runs[change.index].label, diff))
     return flags
 
 
@@ -102,7 +122,8 @@ def trend_table(runs: list[Run]) -> list[list[str]]:
                 continue
             cell = f"{known[-1]:.3g}"
             if len(known) > 1:
-                cell += f" ({Baseline.of(known[:-1]).relative(known[-1]):+.0%})"
+                median = statistics.median(known[:-1])
+                cell += f" ({(known[-1] - median) / max(abs(median), ABS_FLOOR):+.0%})"
             row.append(cell)
         rows.append(row)
     return rows

@@ -199,6 +199,9 @@ class PerfGate(_Strict):
     max_memory_growth: float | None = Field(None, gt=0)
     """Largest allowed peak-memory growth (worst rank) over the history's median."""
     on_breach: Literal["fail", "warn"] = "fail"
+    timed_steps: int = Field(5, ge=5)
+    """Extra training steps timed after the judged ones (the workload's steps and the after-step forward are
+    unchanged): the step time a gate compares is their median, with their spread, not one warm step."""
 
 
 FaultKind = Literal["grad_scale", "rank_loss_scale", "rope_theta_int", "mask_shift", "local_token_norm",

@@ -1,16 +1,29 @@
-"""Change points in a metric over earlier runs, robust to noise: the baseline is the median of a window of runs
-before (one noisy run in it does not move it) and a run breaches when it is worse by more than BOTH the metric's
-relative margin and K robust standard deviations (1.4826 x MAD, the normal-consistent scale) of that window.
-A breach is a change only if the next run breaches too (a single noisy run is not a change), except for the
-latest run, which has no next run yet. asv detects steps over history the same way in spirit; comparing with the
-previous run only (github-action-benchmark) made users raise thresholds to 200-400 %.
+"""Changes in a metric over a history of runs, with a false-flag rate that holds over a whole night's scenarios.
+
+Each metric is compared in log space (run-to-run noise of a step time is multiplicative), turned so that "worse" is
+up. A series is split where its level moves (either way: an improvement starts a new baseline, so a regression
+that undoes it is a change too): at each run, the runs before it since the last split (at most WINDOW) are the
+baseline and the run with up to CONFIRM - 1 after it are the candidate level, compared by a pooled two-sample t
+test (exact for Gaussian log-noise; a series with no noise at all, a deterministic error, changes with p = 0). A
+split needs p < SPLIT_P and a move past the metric's margin by the candidate runs' lower median, so one noisy run
+among them is not a level. A series whose last runs drift steadily (slope t test over at least CREEP_MIN runs, the
+line fitting better than any one step) is a creep instead.
+
+Every worse-direction split or creep gets a p-value, Bonferroni-corrected for the positions its series was tested
+at; across all series of the history (every scenario x metric) Benjamini-Hochberg keeps the false discovery rate
+at FDR_Q, which under a night with no change at all is the chance of any false flag. The rates on synthetic
+histories (75 scenarios x 20 nights, log-normal noise) are printed by benchmarks/drift_rule.py and quoted in
+docs/tolerances.md.
+
+The perf gate of a scenario (`perf:` with `--history`) compares its run's median step time with the runs of the
+same provenance (GATE_MIN of them at least) by the same t statistic.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,17 +32,26 @@ from parity.harness.contract.schema import PerfGate
 if TYPE_CHECKING:  # the verdict imports torch; `parity history` and the CLI's start need none
     from parity.harness.judge.verdict import Verdict
 
-K = 3.0
-"""Robust standard deviations the confirmed level must be worse by (half of it for the first run alone); the
-rates at 2 % run-to-run noise are measured by benchmarks/drift_rule.py."""
+FDR_Q = 0.03
+"""Benjamini-Hochberg level over every series of a history."""
+SPLIT_P = 1e-3
+"""One position's p-value below which the series' level is taken to have moved (a new baseline starts there)."""
 WINDOW = 20
-"""Runs before the candidate that form its baseline (after the last change)."""
-MIN_BASELINE = 2
+"""Runs before a position that form its baseline (after the last split)."""
+MIN_BASELINE = 3
 """Fewer earlier runs than this: no verdict on the run."""
 CONFIRM = 3
-"""A run and up to this many - 1 runs after it: their median must be at the worse level, so one noisy run is not
-a change (the latest run, with none after it, is judged alone)."""
-"""Fewer earlier runs than this: no verdict on the run."""
+"""A run and up to this many - 1 runs after it form the level it is compared at (the latest run alone)."""
+CREEP_MIN = 8
+"""Runs since the last split that a creep (a steady drift, no step) is looked for over."""
+ABS_FLOOR = 1e-12
+"""Values are floored here before the log: an error of exactly 0 that becomes 1e-7 is a change."""
+GATE_MIN = 3
+"""Earlier runs of the same provenance a perf gate needs before it judges."""
+GATE_P = 0.01
+"""A perf gate FAILs only when the growth is past its limit AND this unlikely under the earlier runs' spread."""
+PERF_PROVENANCE = ("scenario_hash", "versions", "device_name", "image")
+"""What earlier runs must share with this one to be its perf baseline: the run itself, package versions, device."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,94 +74,236 @@ METRICS = (
     Metric("tokens_per_s", "tokens/s", "down", 0.05, "slowdown"),
     Metric("peak_memory_mb", "peak memory", "up", 0.10, "memory growth"),
 )
-ABS_FLOOR = 1e-12
-"""An error that was exactly 0 and is not any more is a change (relative change of 0 is undefined)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Baseline:
-    median: float
-    sigma: float
-    """1.4826 x median absolute deviation."""
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Baseline:
-        median = statistics.median(values)
-        return cls(median, 1.4826 * statistics.median(abs(v - median) for v in values))
-
-    def excess(self, value: float, worse: str) -> float:
-        """How much worse than the median `value` is (positive = worse), in the metric's unit."""
-        return value - self.median if worse == "up" else self.median - value
-
-    def relative(self, value: float) -> float:
-        return (value - self.median) / max(abs(self.median), ABS_FLOOR)
-
-    def breached(self, value: float, worse: str, margin: float, k: float = K) -> bool:
-        if math.isnan(value):
-            return True
-        excess = self.excess(value, worse)
-        return excess > margin * max(abs(self.median), ABS_FLOOR) and excess > k * self.sigma
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
     index: int
-    """Position of the first run at the new level."""
+    """Position (in the series given, gaps included) of the first run at the new level; for a creep, where it
+    starts."""
     before: float
-    """Baseline median."""
+    """Baseline level (geometric mean of the baseline runs)."""
     after: float
+    """New level (the candidate runs' median; for a creep, the fitted last value)."""
+    p: float
+    """p-value, Bonferroni-corrected for the positions its series was tested at (before Benjamini-Hochberg)."""
+    kind: Literal["step", "creep"] = "step"
+    runs: int = 1
+    """A creep: over how many runs."""
 
     @property
     def relative(self) -> float:
         return (self.after - self.before) / max(abs(self.before), ABS_FLOOR)
 
 
-def change_points(values: Sequence[float | None], worse: str, margin: float, k: float = K,
-                  window: int = WINDOW) -> list[Change]:
-    """Every change to a worse level; after one, the baseline restarts at the new level."""
-    changes: list[Change] = []
-    start = 0
-    points = [v for v in values if v is not None]
-    where = [i for i, v in enumerate(values) if v is not None]
-    for n, value in enumerate(points):
-        past = points[max(start, n - window):n]
-        if len(past) < MIN_BASELINE:
-            continue
-        baseline = Baseline.of(past)
-        level = statistics.median(points[n:n + CONFIRM])  # this run and the next ones, when there are
-        if baseline.breached(value, worse, margin, k / 2) and baseline.breached(level, worse, margin, k):
-            changes.append(Change(where[n], baseline.median, level))
-            start = n
-    return changes
+def t_sf(t: float, df: float) -> float:
+    """P(T >= t) for Student's t with df degrees of freedom."""
+    from scipy.special import stdtr
 
+    return float(stdtr(df, -t))
+
+
+def _oriented(values: Sequence[float], worse: str) -> list[float]:
+    sign = 1.0 if worse == "up" else -1.0
+    return [sign * math.log(max(v, ABS_FLOOR)) for v in values]
+
+
+def _p_greater(diff: float, ss: float, df: int, scale: float) -> float:
+    """One-sided p of a pooled t statistic diff / sqrt(ss / df * scale); a noiseless series: 0 or 1."""
+    if df < 1:
+        return 1.0
+    if ss <= 0.0:
+        return 0.0 if diff > 0 else 1.0
+    return t_sf(diff / math.sqrt(ss / df * scale), df)
+
+
+def _ss(values: Sequence[float], mean: float) -> float:
+    return sum((v - mean) ** 2 for v in values)
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    at: int
+    p: float
+    direction: int
+    """+1 worse, -1 better."""
+    effect: float
+
+
+def _test_at(y: list[float], start: int, n: int, margin_log: float) -> list[_Split]:
+    """The splits (either direction) the run at n and up to CONFIRM - 1 after it support against the baseline."""
+    base, after = y[max(start, n - WINDOW):n], y[n:n + CONFIRM]
+    if len(base) < MIN_BASELINE or not after:
+        return []
+    mb, ma = statistics.fmean(base), statistics.fmean(after)
+    ss = _ss(base, mb) + _ss(after, ma)
+    df, scale = len(base) + len(after) - 2, 1 / len(base) + 1 / len(after)
+    ordered = sorted(after)
+    low, high = ordered[(len(after) - 1) // 2], ordered[len(after) // 2]
+    splits = []
+    if low - mb > margin_log:
+        splits.append(_Split(n, _p_greater(ma - mb, ss, df, scale), 1, low - mb))
+    if mb - high > margin_log:
+        splits.append(_Split(n, _p_greater(mb - ma, ss, df, scale), -1, mb - high))
+    return splits
+
+
+def _creep(y: list[float], start: int, margin_log: float) -> tuple[float, float, float] | None:
+    """(p, fitted rise over the segment, its last fitted value) of a steady rise over y[start:], when the line fits
+    better than any single step; None otherwise."""
+    seg = y[start:]
+    n = len(seg)
+    if n < CREEP_MIN:
+        return None
+    xs = range(n)
+    mx, my = (n - 1) / 2, statistics.fmean(seg)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (v - my) for x, v in zip(xs, seg, strict=True)) / sxx
+    rss_line = sum((v - (my + slope * (x - mx))) ** 2 for x, v in zip(xs, seg, strict=True))
+    rise = slope * (n - 1)
+    if rise <= margin_log:
+        return None
+    rss_step = min(_ss(seg[:k], statistics.fmean(seg[:k])) + _ss(seg[k:], statistics.fmean(seg[k:]))
+                   for k in range(1, n))
+    if rss_step <= rss_line:
+        return None
+    p = _p_greater(slope, rss_line, n - 2, 1 / sxx)
+    return p, rise, my + slope * (n - 1 - mx)
+
+
+def series_changes(values: Sequence[float | None], worse: str, margin: float) -> tuple[list[Change], int]:
+    """Worse-direction changes of one series with their (position-corrected) p-values, and how many tests the
+    series took. Missing values (SKIP / ERROR runs) are left out; indices refer to `values`."""
+    where = [i for i, v in enumerate(values) if v is not None and not math.isnan(v)]
+    if len(where) <= MIN_BASELINE:
+        return [], 0
+    raw = [float(values[i]) for i in where]  # type: ignore[arg-type]
+    y = _oriented(raw, worse)
+    margin_log = math.log1p(margin)
+    sign = 1.0 if worse == "up" else -1.0
+
+    def creep_change(start: int) -> Change | None:
+        creep = _creep(y, start, margin_log)
+        if creep is None or creep[0] >= SPLIT_P:
+            return None
+        p, rise, last = creep
+        return Change(where[start], math.exp(sign * (last - rise)), math.exp(sign * last), p, "creep", len(y) - start)
+
+    # Bonferroni over every test the series can take, whichever path it takes: each position once, a creep over
+    # the whole series and one over its last segment
+    tests = len(y) - MIN_BASELINE + 2
+    whole = creep_change(0)  # a drift over the whole history would otherwise read as a staircase of steps
+    if whole is not None:
+        return [Change(whole.index, whole.before, whole.after, min(1.0, whole.p * tests), "creep", whole.runs)], tests
+    found: list[tuple[_Split, int]] = []
+    start, n = 0, MIN_BASELINE
+    while n < len(y):
+        splits = [s for s in _test_at(y, start, n, margin_log) if s.p < SPLIT_P]
+        if not splits:
+            n += 1
+            continue
+        # the best split among this run and the next ones (a step at n also shows, weaker, at n - 1)
+        nearby = [s for k in range(n, min(n + CONFIRM, len(y))) for s in _test_at(y, start, k, margin_log)
+                  if s.direction == splits[0].direction and s.p < SPLIT_P]
+        best = min(nearby, key=lambda s: (s.p, -s.effect))
+        found.append((best, start))
+        start, n = best.at, best.at + MIN_BASELINE
+    changes = []
+    for split, begin in found:
+        if split.direction < 0:
+            continue
+        base = [math.log(max(v, ABS_FLOOR)) for v in raw[max(begin, split.at - WINDOW):split.at]]
+        changes.append(Change(where[split.at], math.exp(statistics.fmean(base)),
+                              statistics.median(raw[split.at:split.at + CONFIRM]), split.p))
+    if start > 0 and (late := creep_change(start)) is not None:
+        changes.append(late)
+    return [Change(c.index, c.before, c.after, min(1.0, c.p * tests), c.kind, c.runs) for c in changes], tests
+
+
+def benjamini_hochberg(pvalues: Mapping[Hashable, float], q: float = FDR_Q) -> float:
+    """The largest p-value Benjamini-Hochberg accepts at level q over these tests (0: none)."""
+    ordered = sorted(pvalues.values())
+    m = len(ordered)
+    cut = 0.0
+    for k, p in enumerate(ordered, start=1):
+        if p <= q * k / m:
+            cut = p
+    return cut
+
+
+def flag_changes(series: Mapping[Hashable, tuple[Sequence[float | None], Metric]],
+                 q: float = FDR_Q) -> dict[Hashable, list[Change]]:
+    """The changes to flag in each series (key -> its values and metric), at false discovery rate q over all of
+    them: a series' p-value is its smallest change p-value times its number of changes."""
+    candidates = {key: series_changes(values, metric.worse, metric.margin)[0]
+                  for key, (values, metric) in series.items()}
+    pvalues = {key: min(1.0, min(c.p for c in changes) * len(changes)) if changes else 1.0
+               for key, changes in candidates.items()}
+    cut = benjamini_hochberg(pvalues, q)
+    if cut <= 0:
+        return {}
+    return {key: [c for c in changes if c.p * len(changes) <= cut]
+            for key, changes in candidates.items() if changes and pvalues[key] <= cut}
+
+
+def change_points(values: Sequence[float | None], worse: str, margin: float, q: float = FDR_Q) -> list[Change]:
+    """The changes of one series alone (a history of one scenario and one metric)."""
+    metric = Metric("value", "value", worse, margin, "change")  # type: ignore[arg-type]
+    return flag_changes({0: (values, metric)}, q).get(0, [])
+
+
+# ---- the perf gate of one run ------------------------------------------------------------------------------
 
 GATED = (("step_time_s", "max_slowdown", "step time"), ("peak_memory_mb", "max_memory_growth", "peak memory"))
 
 
+def perf_identity(provenance: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: provenance.get(key) for key in PERF_PROVENANCE}
+
+
+def comparable(past: list[dict[str, Any]], provenance: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Earlier results (metrics and provenance) of the same provenance as this run (PERF_PROVENANCE)."""
+    mine = perf_identity(provenance)
+    return [result for result in past if perf_identity(result.get("provenance") or {}) == mine]
+
+
 def perf_breaches(gate: PerfGate, current: dict[str, Any], past: list[dict[str, Any]]) -> list[str]:
-    """Gate limits the current metrics break against the median of earlier runs (noise-aware as above: the
-    growth must exceed the limit AND K robust standard deviations of the earlier runs)."""
+    """Gate limits the current metrics break against earlier runs' metrics: the growth over their geometric mean
+    must exceed the limit AND be unlikely (p < GATE_P, prediction t test in log space) under their spread."""
     reasons = []
     for key, field, label in GATED:
         limit, value = getattr(gate, field), current.get(key)
-        known = [m[key] for m in past if isinstance(m.get(key), int | float) and not math.isnan(m[key])]
-        if limit is None or value is None or not known:
+        known = [m[key] for m in past if isinstance(m.get(key), int | float) and m[key] > 0 and not math.isnan(m[key])]
+        if limit is None or not isinstance(value, int | float) or math.isnan(value) or len(known) < GATE_MIN:
             continue
-        baseline = Baseline.of(known)
-        if baseline.breached(value, "up", limit):
-            reasons.append(f"{label} {baseline.relative(value):+.1%} over the median of {len(known)} earlier runs "
-                           f"({baseline.median:.4g} -> {value:.4g}) > {field} {limit:.0%}")
+        logs = [math.log(v) for v in known]
+        mean = statistics.fmean(logs)
+        growth = math.exp(math.log(max(value, ABS_FLOOR)) - mean) - 1
+        p = _p_greater(math.log(max(value, ABS_FLOOR)) - mean, _ss(logs, mean), len(logs) - 1, 1 + 1 / len(logs))
+        if growth > limit and p < GATE_P:
+            reasons.append(f"{label} {growth:+.1%} over the geometric mean of {len(known)} earlier runs of the same "
+                           f"provenance ({math.exp(mean):.4g} -> {value:.4g}; p = {p:.2g} under their spread) > "
+                           f"{field} {limit:.0%}")
     return reasons
 
 
 def gate(verdict: Verdict, perf: PerfGate | None, past: list[dict[str, Any]]) -> Verdict:
-    """FAIL the verdict (on_breach: fail) or add warnings to it (warn) for each perf limit broken."""
+    """FAIL the verdict (on_breach: fail) or add warnings to it (warn) for each perf limit broken; a warning when
+    there are too few earlier runs of the same provenance to judge. `past`: earlier results of this scenario."""
     if perf is None or verdict.status not in ("PASS", "FAIL"):
         return verdict
-    breaches = perf_breaches(perf, verdict.metrics, past)
+    same = comparable(past, verdict.info.get("provenance") or {})
+    warnings = verdict.info.setdefault("warnings", [])
+    if len(same) < GATE_MIN:
+        warnings.append(f"perf gate not judged: {len(same)} earlier run(s) of the same provenance "
+                        f"({', '.join(PERF_PROVENANCE)}) in --history, it needs {GATE_MIN} ({len(past)} in all)")
+        return verdict
+    breaches = perf_breaches(perf, verdict.metrics, [r.get("metrics") or {} for r in same])
     if breaches and perf.on_breach == "fail":
         verdict.status = "FAIL"
         verdict.reasons += breaches
-    elif breaches:
-        verdict.info["warnings"] = breaches
+    else:
+        warnings += breaches
+    if not warnings:
+        verdict.info.pop("warnings")
     return verdict

@@ -1,7 +1,8 @@
 """Performance metrics of one run, measured the same way on every device.
 
 Step time is the median over the steps after a warm-up (Megatron-LM compares a median over a steady window;
-MindSpeed-LLM skips warm-up steps), with its spread (max - min over the same steps). Throughput counts real
+MindSpeed-LLM skips warm-up steps), with its spread (max - min over the same steps); a perf-gated scenario times
+at least 5 extra steps after the judged ones and takes their median. Throughput counts real
 tokens (attention mask, no padding) of the global batch. MFU = FLOPs per token x tokens/s / (peak x ranks),
 only where the device model's peak is known (harness/config/devices.py).
 """
@@ -23,6 +24,10 @@ PERF_KEYS = ("tokens_per_s", "step_time_s", "peak_memory_mb")
 
 
 def steady_step_times(record: RunRecord) -> list[float]:
+    """The timed steps of a perf-gated run (PerfGate.timed_steps, all after warm steps); otherwise the judged
+    steps after a warm-up."""
+    if record.timed_step_times_s:
+        return list(record.timed_step_times_s)
     times = [s.step_time_s for s in record.steps]
     warmup = min(WARMUP_STEPS, len(times) - 1) if times else 0
     return times[warmup:]

@@ -54,6 +54,8 @@ class RunRecord:
     """Launch to collected record, as the parent saw it."""
     compute_time_s: float = 0.0
     """Inside the ranks: setup + forwards + steps."""
+    timed_step_times_s: list[float] = field(default_factory=list)
+    """A perf-gated scenario's extra steps, timed after the judged ones (PerfGate.timed_steps); empty otherwise."""
 
     @property
     def ok(self) -> bool:

@@ -98,6 +98,7 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
     applied = engine.applied_kwargs()
     effective_dtype = engine.effective_dtype()
     optimizer_steps = engine.optimizer_steps()
+    timed = timed_steps(engine, scenario, batch, old_logprobs, faults, rank)
     # optional engine hook: what ran underneath (MindSpeed: its version, patches applied, fused-op counts)
     engine_provenance = getattr(engine, "run_provenance", dict)()
     engine.teardown()
@@ -116,9 +117,27 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
             provenance={**job.provenance, **_rank_provenance(scenario.device), "dtype": scenario.dtype,
                         "world_size": world_size, "rank0_cpu_cores": cpus,
                         **engine_provenance},
-            compute_time_s=time.perf_counter() - started)
+            compute_time_s=time.perf_counter() - started, timed_step_times_s=timed)
         record.save(Path(job.record_dir))
     dist.barrier()
+
+
+def timed_steps(engine: Any, scenario: Scenario, batch: Any, old_logprobs: Any, faults: FaultPlan,
+                rank: int) -> list[float]:
+    """A perf-gated scenario's extra training steps, each timed (rank 0's view, after a device sync), once what is
+    judged has been read: one warm step is one draw of a noisy clock, their median is a figure a gate can use."""
+    from parity.harness.config import devices
+
+    if scenario.perf is None:
+        return []
+    times = []
+    for step in range(scenario.workload.steps + 1, scenario.workload.steps + 1 + scenario.perf.timed_steps):
+        faults.before_step(step)
+        t0 = time.perf_counter()
+        engine.train_step(batch, old_logprobs, step)
+        devices.synchronize(scenario.device)
+        times.append(time.perf_counter() - t0)
+    return times if rank == 0 else []
 
 
 class EngineOutputError(TypeError):

@@ -73,10 +73,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             with RunProgress(len(scenarios)) as progress:
                 runner.run(scenarios, on_result)
         except Interrupted as exc:  # the running scenario is recorded as ERROR; report what finished, exit 128+N
-            publish(options.out_dir, collected, time.perf_counter() - started, early=early)
+            publish(options.out_dir, collected, time.perf_counter() - started, early=early, history=options.history)
             print(f"parity: {exc}", file=sys.stderr)
             return 128 + exc.signum
-        publish(options.out_dir, collected, time.perf_counter() - started, early=early)
+        publish(options.out_dir, collected, time.perf_counter() - started, early=early, history=options.history)
     except OSError as exc:  # the out dir stopped taking writes (disk full, removed): say so, show what finished
         runner.close()
         print_report(collected, time.perf_counter() - started)

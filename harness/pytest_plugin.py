@@ -144,7 +144,8 @@ class ParitySession:
             for result in merged:
                 results_file.append(self.out_dir, result)
         buffer = io.StringIO()
-        publish(self.out_dir, merged, time.perf_counter() - self._started, stream=buffer, early=self._early)
+        publish(self.out_dir, merged, time.perf_counter() - self._started, stream=buffer, early=self._early,
+                history=self.options.history)
         terminal.write_sep("=", "parity summary")
         terminal.write(buffer.getvalue())
 

@@ -143,3 +143,25 @@ def trend_figures(runs: list[Run], flags: list[Flag]) -> dict[str, str]:
         flagged = {f.metric.label: f.change.index for f in flags if f.run_id == run_id}
         figures[run_id] = trend_figure(run_id, labels, by_label, flagged)
     return figures
+
+
+def changes_since(earlier: list[Run], current: list[dict[str, Any]], label: str = "this run") -> list[str]:
+    """What a reviewer should know about this run against the history: verdicts that moved since the latest
+    earlier run, scenarios new or gone, and the changes the history rule flags in this run (detect over the
+    earlier runs and this one)."""
+    if not earlier:
+        return []
+    previous = earlier[-1]
+    now = {r["id"]: r for r in current}
+    lines = []
+    for run_id, result in now.items():
+        before = previous.results.get(run_id)
+        if before is None:
+            lines.append(f"new: {run_id} ({result['verdict']})")
+        elif before["verdict"] != result["verdict"]:
+            lines.append(f"{before['verdict']} -> {result['verdict']}: {run_id}")
+    lines += [f"gone: {run_id} (was {previous.results[run_id]['verdict']})" for run_id in previous.results
+              if run_id not in now]
+    runs = [*earlier, Run(label, now)]
+    lines += [flag.line() for flag in detect(runs) if flag.run == label]
+    return [f"since {previous.label}: " + line for line in lines] if lines else [f"since {previous.label}: none"]

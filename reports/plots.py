@@ -103,19 +103,6 @@ def _histogram(ax: Any, hist: dict[str, Any] | None) -> None:
     ax.legend(fontsize=6)
 
 
-def layouts_figure(model: str, dtype: str, values: dict[str, float]) -> str:
-    """Max |Δ log-prob| of each strategy/layout of one model and dtype, side by side (log scale)."""
-    labels = list(values)
-    heights = [max(values[label], 1e-12) for label in labels]  # an exact match shows at the floor
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(labels) + 1.5), 2.8))
-    ax.bar(range(len(labels)), heights, color=CANDIDATE)
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
-    ax.set_title(f"{model} {dtype}: max |Δ log-prob| by strategy / layout", fontsize=9, y=1.0)
-    fig.subplots_adjust(bottom=0.45, top=0.88)
-    return _png(fig)
-
-
 def trend_figure(run_id: str, labels: list[str], series: dict[str, list[float | None]],
                  flagged: dict[str, int]) -> str:
     """One panel per metric over earlier runs; a red marker at the run where a change was flagged."""

@@ -14,9 +14,11 @@ from parity.reports.terminal import print_report
 
 def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None = None,
             stream: TextIO | None = None, page: bool = True, trends: dict[str, str] | None = None,
-            drift: list[str] | None = None, early: EarlyFigures | None = None) -> Path:
+            drift: list[str] | None = None, early: EarlyFigures | None = None,
+            history: tuple[Path, ...] = ()) -> Path:
     """Terminal table, OUT/summary.md, OUT/report.html (unless page=False), and $GITHUB_STEP_SUMMARY when set.
-    `early`: the figures the run drew as its results came. Returns the summary path."""
+    `early`: the figures the run drew as its results came; `history`: earlier runs' out dirs (the page says what
+    changed since the latest of them). Returns the summary path."""
     stream = stream or sys.stdout
     print_report(results, wall_s, stream)
     text = render(results, wall_s)
@@ -25,7 +27,12 @@ def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None =
     where = f"summary: {path}  results: {out_dir / 'results.jsonl'}"
     if page:
         figures = early.figures(results) if early is not None else None
-        page_html = html.render(results, wall_s, trends=trends, drift=drift, figures=figures)
+        changes = None
+        if history:
+            from parity.reports.history import changes_since, load_runs
+
+            changes = changes_since(load_runs(list(history)), results)
+        page_html = html.render(results, wall_s, trends=trends, drift=drift, figures=figures, changes=changes)
         where += f"  report: {html.write(out_dir, page_html)}"
     print(where, file=stream)
     return path

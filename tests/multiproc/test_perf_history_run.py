@@ -48,3 +48,5 @@ def test_gates_fail_or_warn_against_earlier_runs_of_the_same_provenance(write_ya
     assert rows[IDS[3]]["verdict"] == "PASS" and "warnings" not in rows[IDS[3]]
     assert rows[IDS[3]]["metrics"]["steady_steps"] == 1  # no gate: the workload's steps after a warm-up
     assert f"WARN {IDS[1]}" in printed and (out / "report.html").is_file()
+    page = (out / "report.html").read_text()  # against the latest of the history: other-runner, written last
+    assert "Changes since the previous run" in page and f"since other-runner: new: {IDS[0]} (FAIL)" in page

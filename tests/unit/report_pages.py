@@ -67,3 +67,37 @@ def missing(page: Page, results: list[dict]) -> list[str]:
     """Scenarios without their row, or (when they ran) without their plots."""
     gaps = [f"{r['id']}: no row" for r in results if r["id"] not in page.rows]
     return gaps + [f"{r['id']}: no image" for r in results if r.get("metrics") and not page.images.get(r["id"])]
+
+
+def night() -> list[dict]:
+    """A night as the default matrix gives it (every row of scenarios/cpu.yaml, with metrics and checks), two
+    planted FAILs and an ERROR among them, and the NPU rows of scenarios/ascend_nightly.yaml SKIPped."""
+    import random
+    from pathlib import Path
+
+    from parity.harness.config.matrix import load_file
+
+    root = Path(__file__).resolve().parents[2] / "scenarios"
+    rng = random.Random(5)
+    rows = []
+    for scenario in load_file(root / "cpu.yaml"):
+        row = result(scenario.id, scale=rng.uniform(1e-7, 3e-6))
+        ratio = rng.uniform(0.01, 0.6)
+        row |= {"strategy": scenario.engine_label, "layout": scenario.layout.tag(), "dtype": scenario.dtype,
+                "checks": [{"metric": "log-prob before training max |Δ|", "observed": ratio * 5e-5, "limit": 5e-5,
+                            "step": None, "lane": "abs", "note": "", "passed": True}]}
+        rows.append(row)
+    rows[20] |= {"verdict": "FAIL", "reasons": ["pre-clip grad norm rel diff at step 2 = 1 > limit 5e-05 (rel)"],
+                 "checks": [{"metric": "pre-clip grad norm rel diff", "observed": 1.0, "limit": 5e-5, "step": 2,
+                             "lane": "rel", "note": "", "passed": False}]}
+    rows[47] |= {"verdict": "FAIL", "reasons": ["log-prob before training max |Δ| = 0.0246 > limit 5e-05 (abs)"],
+                 "checks": [{"metric": "log-prob before training max |Δ|", "observed": 0.0246, "limit": 5e-5,
+                             "step": None, "lane": "abs", "note": "", "passed": False}]}
+    rows[60] = {"id": rows[60]["id"], "verdict": "ERROR", "strategy": rows[60]["strategy"],
+                "layout": rows[60]["layout"], "dtype": rows[60]["dtype"],
+                "reasons": ["candidate run error: rank 1 died first: killed by SIGSEGV (signal 11)"]}
+    for scenario in load_file(root / "ascend_nightly.yaml"):
+        rows.append({"id": scenario.id, "verdict": "SKIP", "strategy": scenario.engine_label,
+                     "layout": scenario.layout.tag(), "dtype": scenario.dtype,
+                     "reasons": ["device npu: torch_npu is not installed (needs an Ascend image with CANN)"]})
+    return rows

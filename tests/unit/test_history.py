@@ -99,3 +99,15 @@ def test_runs_are_ordered_by_when_they_ran_even_when_every_row_skipped_or_errore
     os.utime(bare / "results.jsonl", (1_000_000_000, 1_000_000_000))
     runs = history.load_runs([*dirs, skipped, bare])
     assert [run.label for run in runs] == ["run-0", "run-1", "run-1b", "run-2"]
+
+
+def test_changes_since_the_previous_run_name_verdict_moves_new_and_gone_rows_and_flags(tmp_path):
+    dirs = stored_runs(tmp_path, noisy(8))
+    earlier = history.load_runs(dirs)
+    now = [result(ID, "FAIL") | {"metrics": {"step_time_s": 0.2, "tokens_per_s": 500.0}},
+           result("tiny-llama/hf/single/fp32/cpu")]
+    lines = history.changes_since(earlier, now, "tonight")
+    assert lines[:2] == [f"since run-8: PASS -> FAIL: {ID}", "since run-8: new: tiny-llama/hf/single/fp32/cpu (PASS)"]
+    assert any(line.startswith(f"since run-8: slowdown: {ID} step time +") for line in lines)
+    assert history.changes_since(earlier, [result(ID) | {"metrics": earlier[-1].results[ID]["metrics"]}]) == [
+        "since run-8: none"]

@@ -12,7 +12,25 @@ def test_every_scenario_has_its_row_and_images():
     assert page.rows["tiny-qwen3/fsdp2/dp2/fp32/cpu+grad_scale"] == "FAIL"
     assert page.rows["tiny-llama/mindspeed_fsdp/dp2/bf16/cpu"] == "SKIP"
     assert page.images["tiny-qwen3/fsdp2/dp2/fp32/cpu"] == 1  # loss, grad norm and histogram in one figure
-    assert page.layout_images == 1  # fsdp2 dp2 vs megatron tp2 (the fault twin stays out)
+    assert page.layout_images == 0  # the log-scale bar charts gave way to the heat map
+
+
+def test_the_page_opens_on_counts_failures_heat_map_and_grouped_skips():
+    from tests.unit.report_pages import night
+
+    rows = night()
+    text = html.render(rows, wall_s=65.0, changes=["since night-12: PASS -> FAIL: x"], figures=[None] * len(rows))
+    top = text[text.index('<div id="overview">'):text.index("<h2>Every scenario</h2>")]
+    assert '<span class="count FAIL" data-verdict="FAIL">2 FAIL</span>' in top
+    assert '<span class="count SKIP" data-verdict="SKIP">30 SKIP</span>' in top
+    for bad in (r for r in rows if r["verdict"] in ("FAIL", "ERROR")):  # each linked from the top, reason shown
+        assert f'href="#{html.anchor(bad["id"])}"><b>{bad["verdict"]}</b> {bad["id"]}</a>' in top
+        assert f'<section id="{html.anchor(bad["id"])}"' in text
+        assert bad["reasons"][0].replace(">", "&gt;") in top
+    assert top.count('<table class="heatmap"') == 2  # fp32 and bf16
+    assert "since night-12: PASS -&gt; FAIL: x" in top
+    assert top.count("<details>") == 1 and "<b>30</b> device npu: torch_npu is not installed" in top
+    assert not [r for r in rows if r["verdict"] == "SKIP" and f'<section id="{html.anchor(r["id"])}"' in text]
 
 
 def test_the_check_notices_a_page_that_lost_a_scenario():

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from parity.harness.cli import main
+from tests.unit.test_markdown_tables import tables
 
 PASSING = "matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}}\n"
 FAILING = ("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}, "
@@ -44,6 +45,8 @@ def test_run_writes_results_summary_and_step_summary(passing_run):
     summary = (out / "summary.md").read_text()
     assert "| tiny-qwen3/fsdp2/dp2/fp32/cpu" in summary and "| PASS" in summary
     assert passing_run.step_summary.read_text() == summary + "\n"
+    found, stray = tables(summary)  # GitHub renders each of its tables (GFM table rule)
+    assert stray == [] and len(found) == 3 and found[0][1][:2] == ["tiny-qwen3/fsdp2/dp2/fp32/cpu", "PASS"]
     record_dir = out / "records" / "tiny-qwen3__fsdp2__dp2__fp32__cpu"
     assert (record_dir / "record.json").is_file() and (record_dir / "tensors.safetensors").is_file()
 

@@ -27,6 +27,8 @@ from parity.harness.runner import Runner, slug
 
 LOWER_BOUNDS = {"log-prob before training max |Δ| (bf16)": DEFAULTS["bf16"].logprob_max_abs_min,
                 "entropy before training max |Δ| (bf16)": DEFAULTS["bf16"].entropy_max_abs_min,
+                "entropy before training median |Δ|, minus: an UPPER bound (bf16)":
+                    -(DEFAULTS["bf16"].entropy_median_abs_max or 0.0),
                 **{f"{label} median |Δ| ratio to baseline (bf16)": DEFAULTS["bf16"].ratio_median_min or 0.0
                    for label in PHASES.values()}}
 
@@ -36,6 +38,8 @@ def lower_bounded(verdict) -> dict[str, float | None]:
     metrics = verdict.metrics
     return {"log-prob before training max |Δ| (bf16)": (metrics.get("logprobs_before") or {}).get("max_abs"),
             "entropy before training max |Δ| (bf16)": (metrics.get("entropy_before") or {}).get("max_abs"),
+            "entropy before training median |Δ|, minus: an UPPER bound (bf16)":
+                -(metrics.get("entropy_before") or {}).get("median_abs", 0.0),
             **{f"{label} median |Δ| ratio to baseline (bf16)": (metrics.get(key) or {}).get("ratio_median")
                for key, label in PHASES.items()}}
 

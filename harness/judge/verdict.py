@@ -84,7 +84,8 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
         reasons.append(f"dropped engine kwargs: {', '.join(dropped)} (accepted but never applied by the engine)")
     if differing := kwargs_not_as_given(scenario, candidate):
         reasons.append(f"engine kwargs not applied as given: {'; '.join(differing)}")
-    reasons += precision_problems(scenario.dtype, candidate, metrics, limits)
+    absolute_lane = baseline is None and scenario.reference == "hf_fp32"
+    reasons += precision_problems(scenario.dtype, candidate, metrics, limits, absolute_lane)
     reasons += [f"not deterministic: {problem}" for problem in determinism_problems(candidate, repeats)]
     metrics |= perf_metrics(candidate, scenario.dtype, scenario.layout.world_size)
     if scenario.reference.startswith("golden:"):  # a stored run on the reference device: speed side by side
@@ -182,7 +183,8 @@ def baseline_problem(baseline: RunRecord, reference: RunRecord) -> str | None:
     return None
 
 
-def precision_problems(dtype: str, candidate: RunRecord, metrics: dict[str, Any], limits: Limits) -> list[str]:
+def precision_problems(dtype: str, candidate: RunRecord, metrics: dict[str, Any], limits: Limits,
+                       absolute_lane: bool = False) -> list[str]:
     """A low-precision scenario silently computed in fp32 would PASS every upper bound: the engine's own report
     of its compute dtype must match, and its forward must be at least as far from fp32 as that precision gets."""
     problems = []
@@ -197,6 +199,11 @@ def precision_problems(dtype: str, candidate: RunRecord, metrics: dict[str, Any]
     if limits.entropy_max_abs_min and not entropy >= limits.entropy_max_abs_min:
         problems.append(f"not computed in {dtype}: entropy before training max |Δ| vs fp32 = {entropy:.3g} < "
                         f"{limits.entropy_max_abs_min:.3g}, the least a {dtype} forward differs by (lower bound)")
+    median = metrics["entropy_before"]["median_abs"]
+    if absolute_lane and limits.entropy_median_abs_max is not None and not median <= limits.entropy_median_abs_max:
+        problems.append(f"not computed in {dtype}: entropy before training median |Δ| vs fp32 = {median:.3g} > "
+                        f"{limits.entropy_median_abs_max:.3g}: the error of rounding it to {dtype}, not of {dtype} "
+                        "arithmetic (outputs computed in fp32 and rounded?)")
     if limits.ratio_median_min is not None:
         for key, label in PHASES.items():
             ratio = (metrics.get(key) or {}).get("ratio_median")

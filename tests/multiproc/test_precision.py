@@ -13,6 +13,7 @@ LOGPROBS_ONLY = "tests.data.rounding_engine:RoundedLogprobsFSDP2Engine"
 EXACT_ENTROPY = "not computed in bf16: entropy before training max |Δ| vs fp32 = "
 TOO_FINE = "not computed in bf16: entropy before training median |Δ| is "
 TOO_COARSE = "entropy before training median |Δ| ratio to baseline = "
+ROUNDED_ENTROPY = "not computed in bf16: entropy before training median |Δ| vs fp32 = "
 
 
 def bf16(engine: str | None = None, baseline: str | None = "hf_master_weights") -> Scenario:
@@ -24,6 +25,7 @@ def bf16(engine: str | None = None, baseline: str | None = "hf_master_weights") 
     (ROUNDING, "hf_master_weights", [TOO_COARSE]),  # rounded entropy: further from fp32 than bf16 arithmetic gets
     (LOGPROBS_ONLY, "hf_master_weights", [TOO_FINE, EXACT_ENTROPY]),  # fp32 entropy: nearer than it gets
     (LOGPROBS_ONLY, None, [EXACT_ENTROPY]),  # the absolute lane: no baseline to compare with
+    (ROUNDING, None, [ROUNDED_ENTROPY]),
 ])
 def test_fp32_compute_with_outputs_rounded_to_bf16_fails(runner, engine, baseline, caught_by):
     verdict = runner.run_scenario(bf16(engine, baseline))

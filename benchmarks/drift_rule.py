@@ -101,7 +101,8 @@ def main() -> None:
         once, nightly = clean_rates(rng, noise, args.trials)
         print(f"\nnoise {noise:.0%} (log-normal), step {step:.0%}")
         print(f"  {once:6.1%}  clean histories with any flag, judged once over {NIGHTS} nights")
-        print(f"  {nightly:6.1%}  clean histories with any flag on any night (judged every night from night 5)")
+        print(f"  {nightly:6.1%}  clean histories with any flag on any night (judged every night from night 5: "
+              f"{1 - (1 - nightly) ** (1 / (NIGHTS - 4)):.1%} of nights)")
         hits, false = step_rate(rng, noise, step, args.trials, NIGHTS - DETECT_WITHIN)
         print(f"  {hits:6.1%}  +{step:.0%} step in one scenario at night {NIGHTS - DETECT_WITHIN + 1} flagged by night "
               f"{NIGHTS} (within {DETECT_WITHIN} nights; {false:.1%} of those histories also flag a clean scenario)")

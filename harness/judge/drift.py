@@ -9,9 +9,10 @@ split needs p < SPLIT_P and a move past the metric's margin by the candidate run
 among them is not a level. A series whose last runs drift steadily (slope t test over at least CREEP_MIN runs, the
 line fitting better than any one step) is a creep instead.
 
-Every worse-direction split or creep gets a p-value, Bonferroni-corrected for the positions its series was tested
-at; across all series of the history (every scenario x metric) Benjamini-Hochberg keeps the false discovery rate
-at FDR_Q, which under a night with no change at all is the chance of any false flag. The rates on synthetic
+Every worse-direction split or creep gets a p-value, corrected for the positions its series was tested at by a
+weighted Bonferroni that gives the latest runs half of the series' budget (RECENT_SHARE); across all series of the
+history (every scenario x metric) Benjamini-Hochberg keeps the false discovery rate at FDR_Q, which under a
+history with no change at all is the chance of any false flag. The rates on synthetic
 histories (75 scenarios x 20 nights, log-normal noise) are printed by benchmarks/drift_rule.py and quoted in
 docs/tolerances.md.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -86,7 +87,7 @@ class Change:
     after: float
     """New level (the candidate runs' median; for a creep, the fitted last value)."""
     p: float
-    """p-value, Bonferroni-corrected for the positions its series was tested at (before Benjamini-Hochberg)."""
+    """p-value, corrected for the tests its series took (weighted Bonferroni; before Benjamini-Hochberg)."""
     kind: Literal["step", "creep"] = "step"
     runs: int = 1
     """A creep: over how many runs."""
@@ -189,12 +190,11 @@ def series_changes(values: Sequence[float | None], worse: str, margin: float) ->
         p, rise, last = creep
         return Change(where[start], math.exp(sign * (last - rise)), math.exp(sign * last), p, "creep", len(y) - start)
 
-    # Bonferroni over every test the series can take, whichever path it takes: each position once, a creep over
-    # the whole series and one over its last segment
-    tests = len(y) - MIN_BASELINE + 2
+    weight = _weights(len(y))
     whole = creep_change(0)  # a drift over the whole history would otherwise read as a staircase of steps
     if whole is not None:
-        return [Change(whole.index, whole.before, whole.after, min(1.0, whole.p * tests), "creep", whole.runs)], tests
+        return [Change(whole.index, whole.before, whole.after, min(1.0, whole.p / weight(None)), "creep",
+                       whole.runs)], len(y)
     found: list[tuple[_Split, int]] = []
     start, n = 0, MIN_BASELINE
     while n < len(y):
@@ -214,10 +214,33 @@ def series_changes(values: Sequence[float | None], worse: str, margin: float) ->
             continue
         base = [math.log(max(v, ABS_FLOOR)) for v in raw[max(begin, split.at - WINDOW):split.at]]
         changes.append(Change(where[split.at], math.exp(statistics.fmean(base)),
-                              statistics.median(raw[split.at:split.at + CONFIRM]), split.p))
+                              statistics.median(raw[split.at:split.at + CONFIRM]),
+                              min(1.0, split.p / weight(split.at))))
     if start > 0 and (late := creep_change(start)) is not None:
-        changes.append(late)
-    return [Change(c.index, c.before, c.after, min(1.0, c.p * tests), c.kind, c.runs) for c in changes], tests
+        changes.append(Change(late.index, late.before, late.after, min(1.0, late.p / weight(None)), "creep",
+                              late.runs))
+    return changes, len(y)
+
+
+RECENT_SHARE = 0.5
+"""Of a series' error budget, the share its last CONFIRM positions get (weighted Bonferroni): a change in the
+latest nights is what a nightly reviewer must see at once; older positions were the latest once, and share the
+rest with the two creep tests."""
+
+
+def _weights(length: int) -> Callable[[int | None], float]:
+    """Bonferroni weights (summing to at most 1) of a series' tests: position n, or a creep test (None)."""
+    positions = range(MIN_BASELINE, length)
+    recent = [n for n in positions if n >= length - CONFIRM]
+    older = len(positions) - len(recent) + 2  # and the two creep tests
+    recent_share = RECENT_SHARE if older else 1.0
+
+    def weight(n: int | None) -> float:
+        if n is not None and n >= length - CONFIRM:
+            return recent_share / max(len(recent), 1)
+        return (1.0 - recent_share) / older
+
+    return weight
 
 
 def benjamini_hochberg(pvalues: Mapping[Hashable, float], q: float = FDR_Q) -> float:

@@ -73,7 +73,7 @@ class HFEngine(Engine):
         tokens = float(mask.sum())
         loss = masked_loss_sum(self.ctx.scenario.workload, logprobs, entropy, old_logprobs.to(self.ctx.device),
                                batch.advantages.to(self.ctx.device), mask,
-                               self.ctx.faults.normalizer(tokens, tokens))
+                               self.ctx.faults.normalizer(tokens, tokens), sequences=float(mask.shape[0]))
         (loss * self.ctx.faults.loss_scale(step)).backward()
         trained = self.masters or list(self.model.parameters())
         if self.masters is not None:

@@ -3,7 +3,7 @@ before it runs anything. Adding a built-in engine = its module + one spec here (
 
 from __future__ import annotations
 
-from parity.harness.contract.spec import EngineSpec, Requirement
+from parity.harness.contract.spec import LOSS_AGG_MODES, EngineSpec, Requirement
 
 #: Megatron settings the scenario's layout owns: kwarg name -> the layout field that sets it. verl's McoreEngineConfig
 #: uses the same names, so `verl:` blocks translate through this table too.
@@ -29,7 +29,7 @@ MINDSPEED = Requirement(module="mindspeed", why="needs the mindspeed package (in
 HF = EngineSpec(
     name="hf", engine="parity.engines.hf:HFEngine",
     summary="transformers model in one process; the reference engine",
-    kwargs_blocks=("engine_kwargs",), preload=("transformers", "parity.engines.hf"))
+    kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, preload=("transformers", "parity.engines.hf"))
 
 FSDP2 = EngineSpec(
     name="fsdp2", engine="parity.engines.fsdp2:FSDP2Engine", aliases=("fsdp",),
@@ -80,6 +80,18 @@ MINDSPEED_FSDP = EngineSpec(
             "or 26.1.0_core_r0.12.1)")),
     devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("mindspeed",))
 
+#: the verl engines' forkserver preload: engines/verl/warm.py chooses verl's platform, then imports verl's engines
+VERL_PRELOAD = ("transformers", "torch.distributed.fsdp", "parity.engines.verl.warm")
+
+VERL_FSDP = EngineSpec(
+    name="verl_fsdp", engine="parity.engines.verl.fsdp:VerlFSDPEngine",
+    summary="verl's own FSDPEngineWithLMHead (FSDP2 / FSDP1) from verl's config, driven by verl's engine API",
+    dims=frozenset({"dp", "ulysses"}), kwargs_blocks=("actor_rollout_ref",), dtypes=("fp32", "bf16"),
+    loss_agg_modes=LOSS_AGG_MODES, prepare="parity.engines.verl.rules:prepare_fsdp",
+    rules="parity.engines.verl.rules:fsdp_errors", environment_check="parity.engines.verl.source:problem",
+    preload=VERL_PRELOAD)
+
+
 def fsdp2_layout_errors(scenario: object, shape: object) -> list[tuple[str, str]]:
     """fsdp2 splits the inner mesh dimension one way: the sequence (Ulysses) or the heads (TP), not both."""
     layout = scenario.layout  # type: ignore[attr-defined]
@@ -88,4 +100,4 @@ def fsdp2_layout_errors(scenario: object, shape: object) -> list[tuple[str, str]
     return []
 
 
-BUILTIN: tuple[EngineSpec, ...] = (HF, FSDP2, MEGATRON, MINDSPEED_MEGATRON, MINDSPEED_FSDP)
+BUILTIN: tuple[EngineSpec, ...] = (HF, FSDP2, MEGATRON, MINDSPEED_MEGATRON, MINDSPEED_FSDP, VERL_FSDP)

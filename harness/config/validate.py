@@ -8,9 +8,7 @@ while a missing model path or too few cards for a scenario that would otherwise 
 
 from __future__ import annotations
 
-import importlib
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 from parity.harness.config import devices
@@ -18,7 +16,7 @@ from parity.harness.config.errors import ScenarioError
 from parity.harness.config.memory import plan_for
 from parity.harness.config.models import ModelShape, expand_model_path, is_tiny, model_shape
 from parity.harness.config.registry import check_environment as check_spec_environment
-from parity.harness.config.registry import engine_import_problem, spec_for
+from parity.harness.config.registry import engine_import_problem, import_path, spec_for
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS, LAYOUT_DIMS, EngineSpec
 
@@ -69,7 +67,7 @@ def layout_errors(scenario: Scenario) -> list[tuple[str, str]]:
     if shape is not None:
         errors += _shape_errors(scenario, shape)
         if spec.rules:
-            errors += _load(spec.rules)(scenario, shape)
+            errors += import_path(spec.rules)(scenario, shape)
     return errors
 
 
@@ -91,6 +89,9 @@ def spec_errors(scenario: Scenario, spec: EngineSpec) -> list[tuple[str, str]]:
                 errors.append((f"{block}.{key}", f"set by the scenario's {spec.layout_keys[key]}, not by {block}"))
     if scenario.dtype not in spec.dtypes:
         errors.append(("dtype", f"engine '{spec.name}' trains in {', '.join(spec.dtypes)}, not {scenario.dtype}"))
+    if (mode := scenario.workload.loss_agg_mode) not in spec.loss_agg_modes:
+        errors.append(("workload.loss_agg_mode", f"engine '{spec.name}' aggregates the loss as "
+                                                 f"{', '.join(spec.loss_agg_modes)}, not {mode}"))
     return errors
 
 
@@ -112,11 +113,6 @@ def _shape_errors(scenario: Scenario, shape: ModelShape) -> list[tuple[str, str]
         errors.append(("layout.ep", f"ep({lay.ep}) must divide the number of experts ({shape.num_experts}) "
                                     f"of {scenario.model}"))
     return errors
-
-
-def _load(path: str) -> Callable[..., list[tuple[str, str]]]:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def skip_reason(scenario: Scenario) -> str | None:

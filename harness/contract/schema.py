@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 Dtype = Literal["fp32", "bf16", "fp16"]
+LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 Device = Literal["cpu", "cuda", "npu"]
 
 
@@ -110,6 +111,11 @@ class Workload(_Strict):
     """Optimizer steps after the first forward."""
     loss: Literal["grpo", "sft"] = "grpo"
     """grpo: PPO-clip policy loss on the batch's advantages (+ entropy bonus); sft: token cross-entropy."""
+    loss_agg_mode: LossAggMode = "token-mean"
+    """How per-token losses become one number, in verl's names (verl/trainer/ppo/core_algos.py agg_loss):
+    token-mean over the global batch's tokens, token-sum, seq-mean-token-sum (each sequence's token sum, averaged
+    over sequences), seq-mean-token-mean (each sequence's token mean, averaged), seq-mean-token-sum-norm
+    (seq-mean-token-sum / response_len). Engines state which they implement (EngineSpec.loss_agg_modes)."""
     clip_ratio: float = Field(0.2, gt=0)
     """PPO clip epsilon."""
     entropy_coeff: float = Field(0.01, ge=0)
@@ -135,12 +141,14 @@ class Workload(_Strict):
 
     @model_serializer(mode="wrap")
     def _omit_default_advantages(self, handler: Any) -> dict[str, Any]:
-        """The advantage fields are left out at their defaults, so the content hash (and every cached
-        reference) of a workload that predates them stays the same."""
+        """Fields added after the first release are left out at their defaults, so the content hash (and every
+        cached reference) of a workload that predates them stays the same."""
         data = handler(self)
         if self.advantages == "seeded" and self.group_size is None:
             data.pop("advantages", None)
             data.pop("group_size", None)
+        if self.loss_agg_mode == "token-mean":
+            data.pop("loss_agg_mode", None)
         return data
 
     @model_validator(mode="after")
@@ -261,6 +269,9 @@ class Scenario(_Strict):
     """Passed to the FSDP engine (fully_shard / mixed precision settings)."""
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Passed to a third-party engine."""
+    actor_rollout_ref: dict[str, Any] = Field(default_factory=dict)
+    """verl's own `actor_rollout_ref` config tree (its `actor` and `model` sections, verbatim, nested or as dotted
+    keys) for the verl engines, which hand it to verl's config; stored flat, one dotted key per leaf."""
     faults: tuple[Fault, ...] = ()
     repeat: int = Field(1, ge=1)
     """Deterministic lane: run the candidate this many times; its log-probs, losses and grad norms must be

@@ -22,6 +22,7 @@ from verl.plugin.platform.platform_manager import PlatformRegistry
 NAME = "cpu"
 
 
+
 @PlatformRegistry.register(platform=NAME)
 class PlatformCPU(PlatformBase):
     @property
@@ -34,6 +35,7 @@ class PlatformCPU(PlatformBase):
 
     @property
     def device_module(self) -> ModuleType:
+        # torch.cpu itself: verl's own CPU cases compare with it (verl/utils/profiler/performance.py)
         return torch.cpu
 
     def is_available(self) -> bool:

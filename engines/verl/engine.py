@@ -1,6 +1,6 @@
 """verl's own training engines as candidates: the engine object verl builds (`EngineRegistry.new` + `initialize()`)
 from verl's own config dataclasses, driven only through verl's public engine API (`eval_mode` / `infer_batch`,
-`train_mode` / `train_batch`, `lr_scheduler_step`), with verl's own loss function (`ppo_loss` / `sft_loss`).
+`train_mode` / `train_batch`, `lr_scheduler_step`), with verl's own actor loss (`ppo_loss`).
 
 The harness plays the part of verl's trainer and worker around the engine, doing what they do and no more
 (verl 0.9.1): the batch goes from verl's left/right-padded layout to its no-padding format with verl's
@@ -52,6 +52,7 @@ class VerlEngine(Engine):
         actor = self.configs.actor
         self.engine_config = actor.engine
         self.configure_engine(actor, self.configs.model)
+        self.before_build()
         from verl.workers.engine import EngineRegistry
 
         self.engine = EngineRegistry.new(model_type="language_model", backend=self.engine_config.strategy,
@@ -74,6 +75,9 @@ class VerlEngine(Engine):
         engine.infer_micro_batch_size_per_gpu = actor.ppo_micro_batch_size_per_gpu
         engine.use_remove_padding = model.get("use_remove_padding", False)
         engine.use_fused_kernels = model.get("use_fused_kernels", False)
+
+    def before_build(self) -> None:
+        """Runs after verl is imported and configured, before its EngineRegistry builds the engine."""
 
     def observed_module(self) -> torch.nn.Module:
         """The module whose forward inputs are recorded (the built HF / Megatron model)."""
@@ -108,22 +112,11 @@ class VerlEngine(Engine):
                    "prompts": batch.input_ids[local, :prompt], "responses": batch.input_ids[local, prompt:],
                    **{k: v[local] for k, v in extra.items()}}
         data = left_right_2_no_padding(TensorDict(tensors, batch_size=[rows]))
-        if self.ctx.scenario.workload.loss == "sft":
-            data["loss_mask"] = self._sft_loss_mask(batch, local)
         engine = self.engine_config
         tu.assign_non_tensor(data, temperature=1.0, use_remove_padding=engine.use_remove_padding,
                              use_dynamic_bsz=engine.use_dynamic_bsz, use_fused_kernels=engine.use_fused_kernels,
                              **meta)
         return data
-
-    @staticmethod
-    def _sft_loss_mask(batch: Batch, local: slice) -> torch.Tensor:
-        """verl's SFT loss takes a loss mask over each whole sequence (nested, prompt positions 0), as its SFT
-        datasets produce it (verl/workers/utils/losses.py sft_loss)."""
-        mask = torch.cat([torch.zeros_like(batch.input_ids[local, :batch.prompt_len]), batch.response_mask[local]],
-                         dim=1)
-        real = batch.attention_mask[local].bool()
-        return torch.nested.as_nested_tensor([m[r] for m, r in zip(mask, real, strict=True)], layout=torch.jagged)
 
     def _responses(self, out: Any, data: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
         """[rows, R] log-probs and entropy from an engine output, on ranks that hold outputs."""
@@ -163,10 +156,9 @@ class VerlEngine(Engine):
         return None if whole is None else TokenOutputs(logprobs=whole[0], entropy=whole[1])
 
     def loss_function(self) -> Any:
-        from verl.workers.utils.losses import ppo_loss, sft_loss
+        """verl's actor loss, bound to the actor config as verl's worker binds it (engine_workers.py)."""
+        from verl.workers.utils.losses import ppo_loss
 
-        if self.ctx.scenario.workload.loss == "sft":
-            return functools.partial(sft_loss, config=None)  # as verl's SFT trainer binds it
         return functools.partial(ppo_loss, config=self.configs.actor)
 
     def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput | None:
@@ -180,8 +172,10 @@ class VerlEngine(Engine):
                                 meta)
         self.observed.phase = "train"
         self.observed.rows_per_train_batch.append(len(data))
+        loss_function = self.loss_function()
+        self.observed.loss_configs.append(getattr(loss_function, "keywords", {}).get("config"))
         with self.engine.train_mode():
-            out = self.engine.train_batch(data, loss_function=self.loss_function())
+            out = self.engine.train_batch(data, loss_function=loss_function)
         self.lrs_after_step.append(self.engine.lr_scheduler_step())
         return self._step_result(out)
 

@@ -128,11 +128,26 @@ def ulysses(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
 
 @rule("fsdp_wrapped")
 def fsdp_wrapped(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
-    """The classes of the modules that are FSDP units (as a set: verl takes the list unordered)."""
-    units = engine.units()
-    classes = sorted({type(getattr(m, "_fsdp_wrapped_module", m)).__name__ for _, m in units})
-    wanted = sorted({requested} if isinstance(requested, str) else set(requested))
-    return requested if classes == wanted else classes
+    """Whether every module of the requested classes is an FSDP unit of its own (verl wraps the untied embedding
+    and LM head as units too: those are not what the key asks about)."""
+    wanted = {requested} if isinstance(requested, str) else set(requested)
+    units = {id(getattr(m, "_fsdp_wrapped_module", m)) for _, m in engine.units()}
+    missing = sorted({name for name, m in engine.hf_model().named_modules()
+                      if _original_class(m).__name__ in wanted and id(m) not in units})
+    found = any(_original_class(m).__name__ in wanted for m in engine.hf_model().modules())
+    if not found:
+        return f"no module of {sorted(wanted)} in the model"
+    return requested if not missing else f"not FSDP units: {', '.join(missing)}"
+
+
+def _original_class(module: Any) -> type:
+    """The model's own class of a module (FSDP2 swaps in a subclass named FSDP<Class>)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    cls = type(getattr(module, "_fsdp_wrapped_module", module))
+    if issubclass(cls, FSDPModule):
+        return next(base for base in cls.__mro__[1:] if not issubclass(base, FSDPModule))
+    return cls
 
 
 @rule("fsdp_prefetch")

@@ -53,6 +53,8 @@ class Refused:
 class EngineKeys:
     """One verl engine's key table."""
 
+    backends: tuple[str, ...]
+    """The `actor.strategy` values this engine builds (verl's EngineRegistry backend names)."""
     shared: Mapping[str, str]
     """verl key -> the scenario field it restates ('workload.lr', 'layout.tp', 'dtype')."""
     read_back: Mapping[str, ReadBack]
@@ -120,6 +122,7 @@ COMMON_REFUSED = {
 }
 
 FSDP = EngineKeys(
+    backends=("fsdp", "fsdp2"),
     shared={**COMMON_SHARED, "actor.fsdp_config.mixed_precision.param_dtype": "dtype",
             "actor.fsdp_config.ulysses_sequence_parallel_size": "layout.ulysses"},
     read_back={**COMMON_READ_BACK,
@@ -219,6 +222,21 @@ def _field_default(path: str) -> Any:
     return Scenario.model_fields[head].default
 
 
+def _field_problem(path: str, value: Any) -> str | None:
+    """Why the scenario field cannot take a value derived from a verl key (its schema type)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from parity.harness.contract.schema import Layout, Scenario, Workload
+
+    head, _, rest = path.partition(".")
+    model, name = {"workload": (Workload, rest), "layout": (Layout, rest)}.get(head, (Scenario, head))
+    try:
+        TypeAdapter(model.model_fields[name].annotation).validate_python(value)
+    except ValidationError as exc:
+        return exc.errors()[0]["msg"]
+    return None
+
+
 def _to_scenario(field: str, value: Any) -> Any:
     return DTYPE_NAMES.get(str(value), value) if field == "dtype" else value
 
@@ -249,7 +267,11 @@ def prepare(raw: dict[str, Any], keys: EngineKeys) -> tuple[dict[str, Any], list
         if (given_verl := flat.get(key)) is None:
             continue
         if (given_scenario := _get(out, field)) is None:
-            out = _set(out, field, _to_scenario(field, given_verl))
+            derived = _to_scenario(field, given_verl)
+            if (problem := _field_problem(field, derived)) is not None:
+                problems.append((f"{BLOCK}.{key}", f"{given_verl!r} cannot be the scenario's {field}: {problem}"))
+                continue
+            out = _set(out, field, derived)
         elif not _same(field, given_verl, given_scenario):
             problems.append((f"{BLOCK}.{key}", f"{given_verl!r} disagrees with the scenario's {field} "
                                                f"{given_scenario!r}: give it once"))

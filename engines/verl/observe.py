@@ -29,6 +29,8 @@ class Observations:
     """'infer' or 'train' while the driver is in one (set by the engine)."""
     micro_batching: list[MicroBatching] = field(default_factory=list)
     rows_per_train_batch: list[int] = field(default_factory=list)
+    loss_configs: list[Any] = field(default_factory=list)
+    """The actor config verl's loss function was bound to, per train_batch."""
 
     def batching(self, phase: str) -> list[MicroBatching]:
         return [b for b in self.micro_batching if b.phase == phase]

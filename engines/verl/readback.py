@@ -43,12 +43,13 @@ def agreeing(requested: Any, effective: Any) -> Any:
 
 def unanimous(values: Iterable[Any], what: str) -> Any:
     """The one value every unit / step shows; a mix is reported as such (it agrees with no request)."""
+    values = list(values)
     seen = list(dict.fromkeys(repr(v) for v in values))
     if not seen:
         return f"no {what} observed"
     if len(seen) > 1:
         return f"mixed {what}: {', '.join(seen)}"
-    return next(iter(values)) if not isinstance(values, list) else values[0]
+    return values[0]
 
 
 def _config_value(engine: Any, key: str) -> Any:
@@ -93,8 +94,13 @@ def clip_threshold(engine: Any, key: str, requested: Any) -> Any:
 
 @rule("loss_config")
 def loss_config(engine: Any, key: str, requested: Any) -> Any:
-    """The value in the actor config verl's loss function was bound to (its effect is judged numerically)."""
-    return agreeing(requested, getattr(engine.configs.actor, key.rsplit(".", 1)[-1]))
+    """The value in the actor config verl's loss function was called with at each step (its effect on the loss is
+    judged numerically against the reference)."""
+    name = key.rsplit(".", 1)[-1]
+    bound = engine.observed.loss_configs
+    if not bound or any(config is None for config in bound):
+        return "no actor config bound to verl's loss function"
+    return agreeing(requested, unanimous([getattr(config, name) for config in bound], name))
 
 
 @rule("global_batch")
@@ -117,7 +123,7 @@ def micro_batches(engine: Any, key: str, requested: Any) -> Any:
         return agreeing(requested, unanimous([m.by_tokens for m in made], "micro-batching modes"))
     if key.endswith("ppo_micro_batch_size_per_gpu"):
         if any(m.by_tokens for m in made):
-            return "verl split the micro-batches by tokens"
+            return None if requested is None else "verl split the micro-batches by tokens"
         return agreeing(requested, unanimous([r for m in made for r in m.rows], "micro-batch sizes"))
     # ppo_max_token_len_per_gpu: verl balances by tokens; no micro-batch may exceed the budget (x ulysses size)
     if not all(m.by_tokens for m in made):

@@ -12,9 +12,6 @@ from parity.engines.verl import keys as verl_keys
 from parity.engines.verl import source
 from parity.engines.verl.keys import BLOCK, EngineKeys
 
-#: `actor.strategy` values each verl strategy builds
-BACKENDS = {"verl_fsdp": ("fsdp", "fsdp2"), "verl_megatron": ("megatron",), "verl_mindspeed": ("megatron",)}
-
 
 def prepare_fsdp(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     return verl_keys.prepare(raw, verl_keys.FSDP)
@@ -26,13 +23,19 @@ def fsdp_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
 
 def errors(scenario: Any, config_name: str, keys: EngineKeys) -> list[tuple[str, str]]:
     flat: dict[str, Any] = scenario.actor_rollout_ref
-    strategy = flat.get("actor.strategy", BACKENDS[scenario.strategy][0])
-    if strategy not in BACKENDS[scenario.strategy]:
-        return [(f"{BLOCK}.actor.strategy", f"{scenario.strategy} builds verl's "
-                                            f"{' / '.join(BACKENDS[scenario.strategy])} engine, not {strategy!r}")]
+    if scenario.workload.loss != "grpo":
+        return [("workload.loss", "the verl engines train with verl's actor loss (ppo_loss): use loss grpo")]
+    strategy = flat.get("actor.strategy", keys.backends[0])
+    if strategy not in keys.backends:
+        return [(f"{BLOCK}.actor.strategy", f"{scenario.engine_label} builds verl's {' / '.join(keys.backends)} "
+                                            f"engine, not {strategy!r}")]
     problems = [(f"{BLOCK}.{key}", f"{value!r} is not taken: {refused.why} (only {refused.allowed!r})")
                 for key, value in flat.items()
                 if (refused := keys.refused.get(key)) is not None and not verl_keys.same_value(value, refused.allowed)]
+    if flat.get("actor.use_dynamic_bsz") and flat.get("actor.ppo_micro_batch_size_per_gpu") is not None:
+        problems.append((f"{BLOCK}.actor.ppo_micro_batch_size_per_gpu",
+                         "with use_dynamic_bsz verl ignores it (it splits micro-batches by ppo_max_token_len_per_gpu): "
+                         "nothing could show it applied; leave it out"))
     if problems or source.problem() is not None:
         return problems
     from parity.engines.verl.config import VerlConfigError, validate

@@ -41,7 +41,11 @@ PINNED_OFFLOAD = Shim(
     "verl's FSDP2 offload_policy hard-codes CPUOffloadPolicy(pin_memory=True); pinning needs an accelerator. On "
     "CPU the policy is built without pinning (where the parameters live and every number is the same)")
 
-CPU_SHIMS = (PLATFORM, ENGINE_DEVICE, FSDP1_SYNC, PINNED_OFFLOAD)
+CPU_EMPTY_CACHE = Shim(
+    "cpu-empty-cache", "verl/utils/fsdp_utils.py:60 (init_fn) and 26 more get_torch_device().empty_cache() calls",
+    "torch.cpu has no empty_cache; the CPU allocator keeps no cache to empty, so torch.cpu gets a no-op one")
+
+CPU_SHIMS = (PLATFORM, ENGINE_DEVICE, FSDP1_SYNC, PINNED_OFFLOAD, CPU_EMPTY_CACHE)
 
 _applied: list[str] = []
 
@@ -78,7 +82,8 @@ def apply(device: str) -> list[str]:
     if not _applied:
         _skip_fsdp1_sync_device_check()
         _unpinned_offload_policy()
-        _applied.extend([FSDP1_SYNC.name, PINNED_OFFLOAD.name])
+        _cpu_empty_cache()
+        _applied.extend([FSDP1_SYNC.name, PINNED_OFFLOAD.name, CPU_EMPTY_CACHE.name])
     return list(_applied)
 
 
@@ -101,3 +106,10 @@ def _unpinned_offload_policy() -> None:
         return original(pin_memory=False)
 
     transformer_impl.CPUOffloadPolicy = unpinned
+
+
+def _cpu_empty_cache() -> None:
+    import torch
+
+    if not hasattr(torch.cpu, "empty_cache"):
+        torch.cpu.empty_cache = lambda: None

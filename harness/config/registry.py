@@ -34,9 +34,11 @@ def canonical(strategy: str) -> str:
 
 
 def import_from_cwd() -> None:
-    """Third-party engines in the working tree are importable, as pytest's rootdir would make them."""
+    """Third-party engines in the working tree are importable, as pytest's rootdir makes them: first on the path,
+    so that a package of the working tree wins over an installed one of the same name (verl's wheel installs a
+    top-level `tests` package)."""
     if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
+        sys.path.insert(0, os.getcwd())
 
 
 def engine_import_problem(path: str) -> str | None:

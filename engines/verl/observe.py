@@ -82,21 +82,27 @@ def _patch_clipping() -> None:
 
 
 def _spy_micro_batching(engine: Any, seen: Observations) -> None:
+    """In every module of the engine's class hierarchy that calls verl's prepare_micro_batches by name."""
     import sys
 
-    module = sys.modules[type(engine).forward_backward_batch.__module__]
-    prepare = module.prepare_micro_batches
+    modules = {cls.__module__: sys.modules[cls.__module__] for cls in type(engine).__mro__}
+    holders = [m for m in modules.values() if hasattr(m, "prepare_micro_batches")]
+    if not holders:
+        raise RuntimeError(f"no module of {type(engine).__name__}'s classes calls prepare_micro_batches: the verl "
+                           "read-backs of micro-batching cannot observe this verl")
+    for module in holders:
+        prepare = module.prepare_micro_batches
 
-    @functools.wraps(prepare)
-    def spied_prepare(*args: Any, **kwargs: Any) -> Any:
-        micro_batches, indices = prepare(*args, **kwargs)
-        seen.micro_batching.append(MicroBatching(
-            phase=seen.phase, by_tokens=indices is not None, rows=tuple(len(mb) for mb in micro_batches),
-            tokens=tuple(int(mb["input_ids"].values().numel()) if mb["input_ids"].is_nested
-                         else int(mb["input_ids"].numel()) for mb in micro_batches)))
-        return micro_batches, indices
+        @functools.wraps(prepare)
+        def spied_prepare(*args: Any, _prepare: Any = prepare, **kwargs: Any) -> Any:
+            micro_batches, indices = _prepare(*args, **kwargs)
+            seen.micro_batching.append(MicroBatching(
+                phase=seen.phase, by_tokens=indices is not None, rows=tuple(len(mb) for mb in micro_batches),
+                tokens=tuple(int(mb["input_ids"].values().numel()) if mb["input_ids"].is_nested
+                             else int(mb["input_ids"].numel()) for mb in micro_batches)))
+            return micro_batches, indices
 
-    module.prepare_micro_batches = spied_prepare
+        module.prepare_micro_batches = spied_prepare
 
 
 def observe(engine: Any, module: torch.nn.Module, optimizer: Any) -> Observations:

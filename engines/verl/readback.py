@@ -31,7 +31,10 @@ def read_back(engine: Any, key: str, requested: Any) -> Any:
     """What verl did with one key (see the module docstring)."""
     spec = engine.keys.read_back_for(key)
     if spec is not None:
-        return RULES[spec.rule](engine, key, requested)
+        effective = RULES[spec.rule](engine, key, requested)
+        if spec.dropped_in and not same_value(effective, requested):
+            return f"{effective!r}: verl does not apply it ({spec.dropped_in})"
+        return effective
     if key in engine.configs.defaults and same_value(requested, engine.configs.defaults[key]):
         return _config_value(engine, key)
     return NOT_READ

@@ -52,3 +52,20 @@ class TokenMeanLoss(VerlFSDPEngine):
         actor = self.configs.actor
         stale = dataclasses.replace(actor, loss_agg_mode="token-mean")
         return functools.partial(ppo_loss, config=stale)
+
+
+def _raise_on_rank_1(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        raise RuntimeError("planted: verl's forward_backward_batch failed on rank 1")
+    return original(self, *args, **kwargs)
+
+
+class CrashesInsideVerl(VerlFSDPEngine):
+    """verl's engine raises on rank 1 in its first forward-backward: the run must ERROR with verl's traceback."""
+
+    engine_device: ClassVar[str] = "planted-crashes"
+
+    def before_build(self) -> None:
+        _register(self.engine_device, "forward_backward_batch", _raise_on_rank_1)

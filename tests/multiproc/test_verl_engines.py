@@ -48,3 +48,10 @@ def test_planted_verl_defect_fails_naming_it(runner, engine):
     assert PLANTED[engine] in verdict.reasons, verdict.reasons
     for metric in NUMBERS.get(engine, ()):
         assert any(reason.startswith(metric) for reason in verdict.reasons), verdict.reasons
+
+
+def test_a_crash_inside_verl_is_an_error_with_verls_traceback(runner):
+    verdict = runner.run_scenario(planted("tests.data.planted_verl:CrashesInsideVerl"))
+    assert verdict.status == "ERROR", verdict.reasons
+    assert "rank 1" in verdict.reasons[0] and "forward_backward_batch failed on rank 1" in verdict.reasons[0]
+    assert "verl/workers/engine/base.py" in verdict.info["log_tail"]  # verl's own frames, in the rank's traceback

@@ -52,6 +52,7 @@ class VerlEngine(Engine):
         actor = self.configs.actor
         self.engine_config = actor.engine
         self.configure_engine(actor, self.configs.model)
+        observe.watch_builds()
         self.before_build()
         from verl.workers.engine import EngineRegistry
 

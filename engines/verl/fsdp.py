@@ -11,8 +11,20 @@ import torch
 from parity.engines.specs import VERL_FSDP
 from parity.engines.verl.engine import VerlEngine
 from parity.engines.verl.keys import FSDP, EngineKeys
-from parity.engines.verl.readback import _dtype_agreeing, agreeing, rule, unanimous
+from parity.engines.verl.readback import _dtype_agreeing, agreeing, built_at, rule, unanimous
 from parity.harness.contract.engine import DTYPE_NAMES
+
+
+def _unit_kind(engine: VerlFSDPEngine) -> str:
+    return "fsdp1 module" if engine.fsdp_version() == 1 else "fsdp2 unit"
+
+
+def built_unit(fn: Any) -> Any:
+    """built_at for the FSDP rules: FSDP1 modules and FSDP2 units are built in different places."""
+    def located(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
+        return built_at(_unit_kind(engine))(fn)(engine, key, requested)
+    located.__name__ = fn.__name__
+    return located
 
 
 class VerlFSDPEngine(VerlEngine):
@@ -57,6 +69,7 @@ class VerlFSDPEngine(VerlEngine):
 
 
 @rule("fsdp_reshard")
+@built_unit
 def fsdp_reshard(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
     if engine.fsdp_version() == 1:
         from torch.distributed.fsdp import ShardingStrategy
@@ -70,6 +83,7 @@ def fsdp_reshard(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
 
 
 @rule("fsdp_mixed_precision")
+@built_unit
 def fsdp_mixed_precision(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
     field = key.rsplit(".", 1)[-1]
     if field not in ("param_dtype", "reduce_dtype", "buffer_dtype"):
@@ -97,6 +111,7 @@ def engine_flag(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
 
 
 @rule("fsdp_offload_policy")
+@built_unit
 def fsdp_offload_policy(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
     from torch.distributed.fsdp import CPUOffloadPolicy
 
@@ -107,6 +122,7 @@ def fsdp_offload_policy(engine: VerlFSDPEngine, key: str, requested: Any) -> Any
 
 
 @rule("fsdp_mesh")
+@built_unit
 def fsdp_mesh(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
     """The number of ranks each unit is sharded over; verl's -1 means the whole world."""
     if engine.fsdp_version() == 1:
@@ -151,6 +167,7 @@ def _original_class(module: Any) -> type:
 
 
 @rule("fsdp_prefetch")
+@built_unit
 def fsdp_prefetch(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
     if engine.fsdp_version() == 1:
         return agreeing(requested, bool(engine.engine.module.forward_prefetch))
@@ -159,6 +176,7 @@ def fsdp_prefetch(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
 
 
 @rule("fsdp1_orig_params")
+@built_unit
 def fsdp1_orig_params(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
     if engine.fsdp_version() != 1:
         return "no FSDP1 module (use_orig_params is an FSDP1 setting)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,6 +48,52 @@ class MicroBatching:
 
 _ACTIVE: list[Observations] = []
 _patched = False
+
+BUILD_SITES: dict[str, str] = {}
+"""What built each kind of object verl asked torch for ('fsdp2 unit', 'fsdp1 module', 'optimizer') -> the first
+caller outside torch and this harness (verl's file:line): a read-back that disagrees names where it was built."""
+
+
+def _not_callers() -> tuple[str, ...]:
+    """torch's package and this harness's own packages: a build site is the first frame outside them."""
+    import parity.engines
+    import parity.harness
+
+    return tuple(str(Path(m.__file__).resolve().parent) for m in (torch, parity.engines, parity.harness))
+
+
+def _caller_site() -> str:
+    import traceback
+
+    skipped = _not_callers()
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        filename = str(Path(frame.filename).resolve())
+        if not filename.startswith(skipped):
+            parts = Path(filename).parts
+            short = "/".join(parts[len(parts) - 1 - parts[::-1].index("verl"):]) if "verl" in parts else filename
+            return f"{short}:{frame.lineno} ({frame.name})"
+    return "unknown"
+
+
+def watch_builds() -> None:
+    """Record where torch's FSDP units, FSDP1 modules and optimizers are constructed (class-level, so it holds
+    however verl imported them); installed once per process, before verl builds its engine."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    for kind, cls in (("fsdp2 unit", FSDPParamGroup), ("fsdp1 module", FullyShardedDataParallel),
+                      ("optimizer", torch.optim.Optimizer)):
+        init = cls.__init__
+        if getattr(init, "_parity_watched", False):
+            continue
+
+        @functools.wraps(init)
+        def watched(self: Any, *args: Any, _init: Any = init, _kind: str = kind, **kwargs: Any) -> Any:
+            BUILD_SITES.setdefault(_kind, _caller_site())
+            return _init(self, *args, **kwargs)
+
+        watched._parity_watched = True  # type: ignore[attr-defined]
+        cls.__init__ = watched
 
 
 def _record_clip(max_norm: Any) -> None:

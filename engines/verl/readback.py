@@ -44,6 +44,21 @@ def agreeing(requested: Any, effective: Any) -> Any:
     return requested if same_value(requested, effective) else effective
 
 
+def built_at(kind: str) -> Callable[[Rule], Rule]:
+    """A rule whose disagreeing value names where verl built the object it reads (observe.BUILD_SITES)."""
+    def wrap(fn: Rule) -> Rule:
+        def located(engine: Any, key: str, requested: Any) -> Any:
+            from parity.engines.verl.observe import BUILD_SITES
+
+            effective = fn(engine, key, requested)
+            if same_value(effective, requested) or kind not in BUILD_SITES:
+                return effective
+            return f"{effective!r}, as built at {BUILD_SITES[kind]}"
+        located.__name__ = fn.__name__
+        return located
+    return wrap
+
+
 def unanimous(values: Iterable[Any], what: str) -> Any:
     """The one value every unit / step shows; a mix is reported as such (it agrees with no request)."""
     values = list(values)
@@ -81,6 +96,7 @@ def optimizer_lr(engine: Any, key: str, requested: Any) -> Any:
 
 
 @rule("optimizer_group")
+@built_at("optimizer")
 def optimizer_group(engine: Any, key: str, requested: Any) -> Any:
     name = key.rsplit(".", 1)[-1]
     values = [tuple(g[name]) if isinstance(g[name], (list, tuple)) else g[name]

@@ -57,9 +57,10 @@ caller outside torch and this harness (verl's file:line): a read-back that disag
 def _not_callers() -> tuple[str, ...]:
     """torch's package and this harness's own packages: a build site is the first frame outside them."""
     import parity.engines
-    import parity.harness
+    import parity.harness.contract
 
-    return tuple(str(Path(m.__file__).resolve().parent) for m in (torch, parity.engines, parity.harness))
+    harness = Path(parity.harness.contract.__file__).resolve().parent.parent
+    return tuple(str(Path(m.__file__).resolve().parent) for m in (torch, parity.engines)) + (str(harness),)
 
 
 def _caller_site() -> str:

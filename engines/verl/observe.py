@@ -59,8 +59,9 @@ def _not_callers() -> tuple[str, ...]:
     import parity.engines
     import parity.harness.contract
 
-    harness = Path(parity.harness.contract.__file__).resolve().parent.parent
-    return tuple(str(Path(m.__file__).resolve().parent) for m in (torch, parity.engines)) + (str(harness),)
+    roots = [Path(m.__file__).resolve().parent for m in (torch, parity.engines, parity.harness.contract)]
+    roots[-1] = roots[-1].parent  # the whole harness package, found from the one part an engine may import
+    return tuple(map(str, roots))
 
 
 def _caller_site() -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from parity.engines.feeds import packed_feed, unpack
 from parity.engines.hf_common import autocast, load_hf_model, make_optimizer, model_inputs, response_logits
 from parity.engines.specs import HF
 from parity.harness.contract import grad_groups
@@ -52,7 +53,18 @@ class HFEngine(Engine):
         return DTYPE_NAMES.get(getattr(self, "computed_dtype", None))
 
     def _score(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        with autocast(self.ctx) if self.masters is None else torch.autocast(self.ctx.device.type, enabled=False):
+        """[B, R] log-probs and entropy of the response tokens, fed padded or packed (one [1, T] stream)."""
+        precision = autocast(self.ctx) if self.masters is None else torch.autocast(self.ctx.device.type,
+                                                                                    enabled=False)
+        if self.ctx.scenario.workload.packed:
+            feed = packed_feed(batch, torch.arange(batch.input_ids.shape[0]), faults=self.ctx.faults)
+            with precision:
+                logits = self.model(input_ids=feed.tokens.to(self.ctx.device),
+                                    position_ids=feed.positions.to(self.ctx.device)).logits
+            self.computed_dtype = logits.dtype
+            scores = logprobs_and_entropy(logits[0], feed.labels[0].to(self.ctx.device))
+            return tuple(unpack(batch, feed, values)[:, batch.prompt_len - 1:-1] for values in scores)
+        with precision:
             logits = self.model(**model_inputs(batch, self.ctx.device)).logits
         self.computed_dtype = logits.dtype
         labels = batch.response_labels().to(self.ctx.device)

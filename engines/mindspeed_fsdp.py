@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from parity.engines import tensor_parallel, ulysses
+from parity.engines.feeds import Feed
 from parity.engines.fsdp2 import FSDP2Engine
 from parity.engines.fused_ops import COUNTER
 from parity.engines.hf_common import load_hf_model, make_optimizer
@@ -32,7 +33,6 @@ from parity.engines.mindspeed_env import find_mindspeed
 from parity.engines.specs import MINDSPEED_FSDP
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES
 from parity.harness.contract.schema import Scenario
-from parity.harness.contract.workload import Batch
 
 #: module-name patterns (MindSpeed's `{*}` syntax) for the transformers decoder layout
 LAYERS = "model.layers.{*}"
@@ -187,6 +187,7 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         self.state = self.model.parallel_state
         self.dp, self.sp, self.tp = lay.dp, lay.ulysses, lay.tp
         self.dp_rank, self.sp_rank = self.state.get_rank("fsdp"), self.state.get_rank("ulysses")
+        self.tp_rank = self.state.get_rank("tp")
         if self.sp > 1:
             ulysses.STATE.group = self.state.get_group("ulysses")
         self.compute = _compute_context(self.plan, self.ctx.device.type)
@@ -224,9 +225,9 @@ class MindSpeedFSDPEngine(FSDP2Engine):
 
         Singleton._instances.pop(ParallelState, None)
 
-    def _score_local(self, local: Batch, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+    def _score_local(self, feed: Feed) -> tuple[torch.Tensor, torch.Tensor]:
         with self.compute:
-            return super()._score_local(local, cols)
+            return super()._score_local(feed)
 
     def grad_average_ranks(self) -> int:
         """FSDP (and MindSpeed's expert FSDP, divide factor ep*efsdp = dp) average over dp."""

@@ -44,6 +44,9 @@ class MicroBatch:
     """[b, s_local] global batch row of each local token; -1 for the alignment padding of a packed stream."""
     col: torch.Tensor
     """[b, s_local] its column in the padded [B, S] batch."""
+    padding: torch.Tensor | None = None
+    """[b, s_local] bool, True where the token is padding (a padded row's left / right padding, a packed
+    stream's alignment tokens): what Megatron's MoE routers must leave out of their load statistics."""
     packed_seq_params: Any = None
     """Megatron's PackedSeqParams (qkv_format 'thd') of a packed micro-batch; None when padded."""
 
@@ -81,6 +84,7 @@ def micro_batches(batch: Batch, old_logprobs: torch.Tensor | None, dp: int, dp_r
             "old_logprobs": old[rows], "advantages": advantages[rows],
             "positions": torch.arange(seq)[None].expand(len(rows), seq).contiguous(),
             "attention_mask": attention_mask(batch.attention_mask[rows]),
+            "padding": batch.attention_mask[rows] == 0,
         }
         sliced = cp_split({key: value.to(device) for key, value in whole.items()})
         cols = sliced["positions"].cpu()
@@ -88,7 +92,7 @@ def micro_batches(batch: Batch, old_logprobs: torch.Tensor | None, dp: int, dp_r
             tokens=sliced["tokens"], position_ids=batch.position_ids[rows].to(device),
             attention_mask=sliced["attention_mask"], labels=sliced["labels"], score_mask=sliced["score_mask"],
             old_logprobs=sliced["old_logprobs"], advantages=sliced["advantages"],
-            row=rows[:, None].expand(cols.shape).contiguous(), col=cols))
+            row=rows[:, None].expand(cols.shape).contiguous(), col=cols, padding=sliced["padding"]))
     return out
 
 
@@ -107,7 +111,7 @@ def packed_micro_batches(batch: Batch, old_logprobs: torch.Tensor | None, dp: in
         out.append(MicroBatch(
             tokens=sliced["tokens"], position_ids=sliced["positions"], attention_mask=None, labels=sliced["labels"],
             score_mask=sliced["score_mask"], old_logprobs=sliced["old_logprobs"], advantages=sliced["advantages"],
-            row=sliced["row"].cpu(), col=sliced["col"].cpu(),
+            row=sliced["row"].cpu(), col=sliced["col"].cpu(), padding=sliced["row"] < 0,
             packed_seq_params=packed_seq_params(cu_padded, device, faults)))
     return out
 

@@ -31,6 +31,7 @@ from parity.engines.megatron.config import (
 from parity.engines.megatron.convert import ModelArch
 from parity.engines.megatron.faults import apply_tp_allreduce_skip, stage_grad_factor
 from parity.engines.megatron.grad_groups import group_grad_norms, named_main_grads
+from parity.engines.megatron.moe_load import RouterLoads, accepts_padding_mask
 from parity.engines.megatron.packing import THDSplit, alignment_padding, te_thd_split, thd_alignment
 from parity.engines.specs import MEGATRON
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
@@ -224,6 +225,8 @@ class MegatronEngine(Engine):
                                    "the optimizer: their masters would start from the rounded weights")
         if self.config.fp16:
             self.config.grad_scale_func = self.optimizer.scale_loss
+        self.loads = RouterLoads(self.model, self.arch.num_layers, self.arch.num_experts) \
+            if self.arch.num_experts else None
 
     def effective_dtype(self) -> str | None:
         """The dtype of the model parameters Megatron computes with (Float16Module casts them for bf16 / fp16)."""
@@ -253,9 +256,11 @@ class MegatronEngine(Engine):
 
         def forward_step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
             mb = next(data_iterator)
-            packed = {} if mb.packed_seq_params is None else {"packed_seq_params": mb.packed_seq_params}
+            extra = {} if mb.packed_seq_params is None else {"packed_seq_params": mb.packed_seq_params}
+            if self.marks_padding:
+                extra["padding_mask"] = mb.padding
             output = model(input_ids=mb.tokens, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
-                           **packed)
+                           **extra)
             return output, partial(loss_func, mb)
 
         # packed: every micro-batch has its own length, the stages exchange shapes (variable_seq_lengths) and the
@@ -319,7 +324,14 @@ class MegatronEngine(Engine):
             tokens = mb.score_mask.sum().to(torch.int)
             return loss * loss_scale, tokens, {}
 
-        self._schedule(micro, loss_func, forward_only=False)
+        if self.loads is not None:
+            self.loads.active = True
+        try:
+            self._schedule(micro, loss_func, forward_only=False)
+        finally:
+            if self.loads is not None:
+                self.loads.active = False
+        expert_load = self.loads.collect(ctx.device) if self.loads is not None else None
         grads = [p.main_grad for chunk in self.model for p in chunk.parameters() if p.requires_grad]
         ctx.faults.scale_grads(grads, step)
         factor = stage_grad_factor(ctx.faults, step, parallel_state.get_pipeline_model_parallel_rank(),
@@ -341,7 +353,16 @@ class MegatronEngine(Engine):
         dist.all_reduce(total)
         if ctx.rank != 0:
             return None
-        return StepOutput(loss=float(total), grad_norm=float(grad_norm), group_grad_norms=groups)
+        return StepOutput(loss=float(total), grad_norm=float(grad_norm), group_grad_norms=groups,
+                          expert_load=expert_load)
+
+    @property
+    def marks_padding(self) -> bool:
+        """Whether the forward tells Megatron's MoE routers which tokens are padding (`padding_mask`, 0.15+), so
+        that their load statistics (aux loss, expert bias) count real tokens only. Fault `moe_pad_tokens_routed`:
+        it does not (as a caller that passes only tokens and positions, or 0.12, which has no such argument)."""
+        return (bool(self.arch.num_experts) and not self.ctx.faults.active("moe_pad_tokens_routed")
+                and accepts_padding_mask())
 
     def optimizer_steps(self) -> int | None:
         """The fewest steps any of Megatron's (chained) optimizers took, from the inner torch optimizers' state."""

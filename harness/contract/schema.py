@@ -213,6 +213,10 @@ class Tolerance(_Strict):
     """Three-way lane, opt-in: the same limit for mean |Δ| (MoE routing flips make it noisy; docs/tolerances.md)."""
     ratio_max: float | None = None
     """Three-way lane, opt-in: the same limit for max |Δ| (one draw per run: heavy-tailed)."""
+    expert_load_abs: float | None = None
+    """Opt-in, MoE: the most tokens one expert of one layer may receive more or fewer than in the reference, per
+    step, as the router's load statistics count them (StepOutput.expert_load: real tokens only). 0 = the same
+    routing token for token; a near-tie of two experts' router logits may flip one token in fp32."""
 
 
 class PerfGate(_Strict):

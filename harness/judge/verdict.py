@@ -48,6 +48,7 @@ def scenario_info(scenario: Scenario) -> dict[str, Any]:
     return {"strategy": scenario.engine_label, "layout": scenario.layout.tag(), "dtype": scenario.dtype,
             "device": scenario.device, "reference": scenario.reference, "baseline": scenario.baseline,
             "source": scenario.source, "marks": list(scenario.marks), "name": scenario.name,
+            "packing": scenario.workload.packing,
             "faults": [fault.kind for fault in scenario.faults]}
 
 

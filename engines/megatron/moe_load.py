@@ -31,7 +31,9 @@ class RouterLoads:
     def __init__(self, chunks: list[Any], num_layers: int, num_experts: int) -> None:
         from megatron.core.transformer.moe.router import TopKRouter
 
-        self.counts = torch.zeros(num_layers, num_experts, dtype=torch.float64)
+        # fp32: exact for any count a step has, and a dtype every collective backend reduces (HCCL has no float64;
+        # under MindSpeed a float64 all-reduce came back unreduced)
+        self.counts = torch.zeros(num_layers, num_experts, dtype=torch.float32)
         self.active = False
         self.layers: set[int] = set()
         for chunk in chunks:
@@ -49,7 +51,7 @@ class RouterLoads:
                 counted = routing_map.bool()
                 if padding is not None:
                     counted = counted & ~padding.reshape(-1, 1).bool()
-                self.counts[router.layer_number - 1] += counted.sum(dim=0).double().cpu()
+                self.counts[router.layer_number - 1] += counted.sum(dim=0).float().cpu()
             return probs, routing_map
 
         router.routing = routing

@@ -184,6 +184,7 @@ matrix:
       layout: {{ep: 2, dp: 2}}, name: experts_fp32}}
   - {{engine: "tests.emulated_npu.planted_fsdp:FSDPExpertsInBF16Engine", model: tiny-mixtral,
       layout: {{ep: 2, dp: 2}}, name: experts_bf16}}
+  - {{engine: "tests.emulated_npu.planted_fsdp:FSDPWrongMeshEngine", name: wrong_mesh}}
 """
 
 
@@ -198,7 +199,7 @@ def planted_fsdp(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     done = lane.run_harness(["-m", "parity.harness.cli", "run", str(work / "planted.yaml"), "--out",
                              str(work / "out")], source)
     found = {k.split("+")[-1]: v for k, v in lane.results(work / "out").items()}
-    assert set(found) == {"clean", "ignores", "experts_fp32", "experts_bf16"}, \
+    assert set(found) == {"clean", "ignores", "experts_fp32", "experts_bf16", "wrong_mesh"}, \
         f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return found
 
@@ -226,3 +227,18 @@ def test_experts_computing_in_bf16_in_an_fp32_run_fail_as_such(planted_fsdp: dic
     dtypes = planted["record"]["provenance"]["mindspeed"]["fsdp_param_dtypes"]
     assert {name for name, dtype in dtypes.items() if dtype == "bf16"} == {
         name for name in dtypes if name.endswith("mlp.experts")}, dtypes
+
+
+def test_a_layer_wrapped_on_the_wrong_mesh_is_not_repaired(planted_fsdp: dict[str, dict[str, Any]]) -> None:
+    """MindSpeed FSDP wrapping one decoder layer on the 'dp' mesh (size 1) instead of 'fsdp': the engine reduces only
+    what MindSpeed's own config leaves out of FSDP, so that layer's gradients stay per-rank and the run FAILs (an
+    engine that all-reduced every gradient not on an fsdp mesh repaired it and PASSed); the record reads every
+    wrapped module's mesh back. The clean twin, the same layout, PASSes."""
+    assert planted_fsdp["clean"]["verdict"] == "PASS", planted_fsdp["clean"]["reasons"]
+    wrong = planted_fsdp["wrong_mesh"]
+    assert wrong["verdict"] == "FAIL", wrong["reasons"]
+    assert any(r.startswith(("pre-clip grad norm rel diff at step 1", "layer 1 ")) for r in wrong["reasons"]), \
+        wrong["reasons"]
+    meshes = wrong["record"]["provenance"]["mindspeed"]["fsdp_meshes"]
+    assert {name.rsplit("model.", 1)[-1]: mesh for name, mesh in meshes.items()
+            if name.endswith(("layers.0", "layers.1"))} == {"layers.0": "fsdp(2)", "layers.1": "dp(1)"}, meshes

@@ -149,6 +149,17 @@ class FSDP2Engine(Engine):
     def optimizer_steps(self) -> int | None:
         return torch_optimizer_steps(self.optimizer)
 
+    def run_provenance(self) -> dict[str, Any]:
+        """How the batch reached the model: padded rows with their mask, or one packed stream whose sequences the
+        attention finds from the position ids; the attention implementation transformers ran."""
+        packed = self.ctx.scenario.workload.packed
+        config = getattr(self.model, "config", None) or getattr(getattr(self.model, "model", None), "config", None)
+        return {"data_path": {
+            "packing": self.ctx.scenario.workload.packing,
+            "attention": getattr(config, "_attn_implementation", None),
+            "attention_mask": "none: sequences from restarting position ids" if packed
+            else "[b, s] padding mask" if self.sp == 1 else "[b, s] padding mask of the whole rows (Ulysses)"}}
+
     def _local_loss(self, batch: Batch, old_logprobs: torch.Tensor) -> torch.Tensor:
         """This rank's share of the token-mean loss over its rows and sequence slice (or packed tokens)."""
         feed = self._feed(batch)

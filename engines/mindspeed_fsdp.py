@@ -222,7 +222,8 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         """Which MindSpeed ran, the FSDP state of its wrapped layers, the param_dtype of every module it wrapped,
         and the fused ops called on this rank."""
         source = find_mindspeed()
-        return {"mindspeed": {**(source.as_dict() if source else {}), "fsdp_layers": fsdp_layer_state(self.model),
+        return {**super().run_provenance(),
+                "mindspeed": {**(source.as_dict() if source else {}), "fsdp_layers": fsdp_layer_state(self.model),
                               "fsdp_meshes": fsdp_meshes(self.model),
                               "fsdp_param_dtypes": fsdp_param_dtypes(self.model),
                               "fused_ops": COUNTER.counts(),

@@ -222,7 +222,8 @@ class _MindSpeedMegatronMixin:
         args = get_full_args()
         features = sorted({f.feature_name for f in MindSpeedFeaturesManager.FEATURES_LIST if f.is_need_apply(args)})
         patches = [name for name, p in MindSpeedPatchesManager.patches_info.items() if p.is_applied]
-        return {"mindspeed": {**(source.as_dict() if source else {}), "patches": len(patches),
+        return {**getattr(super(), "run_provenance", dict)(),
+                "mindspeed": {**(source.as_dict() if source else {}), "patches": len(patches),
                               "attention": self.built_attention(),
                               "features": features, "fused_ops": COUNTER.counts(),
                               "fused_ops_source": "emulated torch_npu" if COUNTER.emulated else "torch_npu"}}

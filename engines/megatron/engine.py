@@ -356,6 +356,21 @@ class MegatronEngine(Engine):
         return StepOutput(loss=float(total), grad_norm=float(grad_norm), group_grad_norms=groups,
                           expert_load=expert_load)
 
+    def run_provenance(self) -> dict[str, Any]:
+        """How the batch reached the model, read from what was built: THD or padded, the core-attention classes in
+        the layers, the THD alignment, whether the MoE routers are told which tokens are padding."""
+        layout = self.ctx.scenario.layout
+        attention = sorted({type(m.core_attention).__qualname__ for chunk in self.model for m in chunk.modules()
+                            if isinstance(getattr(m, "core_attention", None), torch.nn.Module)})
+        path: dict[str, Any] = {"packing": self.ctx.scenario.workload.packing, "core_attention": attention}
+        if self.packed:
+            path |= {"qkv_format": "thd", "attention_mask": None, "thd_alignment": thd_alignment(layout.tp, layout.cp)}
+        else:
+            path |= {"qkv_format": "sbhd", "attention_mask": "[b, 1, s, s] causal and padding (True = masked)"}
+        if self.arch.num_experts:
+            path["padding_mask_to_routers"] = self.marks_padding
+        return {"data_path": path}
+
     @property
     def marks_padding(self) -> bool:
         """Whether the forward tells Megatron's MoE routers which tokens are padding (`padding_mask`, 0.15+), so

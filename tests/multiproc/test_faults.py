@@ -120,3 +120,20 @@ def test_group_norms_add_up_to_the_global_norm(runner, clean_id):
         assert step.group_grad_norms, f"{clean_id} reported no groups at step {step.step}"
         total = math.sqrt(sum(v * v for v in step.group_grad_norms.values()))
         assert total == pytest.approx(step.grad_norm, rel=1e-6)
+
+
+@pytest.mark.parametrize("clean_id", [PACKED_FSDP, PACKED_SP, PACKED_CP, PACKED_MOE])
+def test_packed_records_name_the_data_path_that_ran(runner, clean_id):
+    """The record says how the batch reached the model, read back from what the engine built: a packed fsdp2 run
+    has no attention mask (transformers finds the sequences from the position ids), a packed megatron run is THD
+    through the CPU THD core attention, with its tp·cp·2 alignment and, for MoE, padding marked for the routers."""
+    verdict = runner.run_scenario(SCENARIOS[clean_id])
+    assert verdict.status == "PASS", verdict.reasons
+    path = RunRecord.load(runner.options.out_dir / "records" / slug(clean_id)).provenance["data_path"]
+    assert path["packing"] == "packed"
+    if "/fsdp2/" in clean_id:
+        assert path["attention"] == "sdpa" and path["attention_mask"].startswith("none"), path
+    else:
+        assert path["qkv_format"] == "thd" and path["core_attention"] == ["THDAttention"], path
+        assert path["thd_alignment"] == (4 if "/cp2/" in clean_id else 2), path
+        assert path.get("padding_mask_to_routers", True) is True, path

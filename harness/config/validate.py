@@ -93,6 +93,9 @@ def spec_errors(scenario: Scenario, spec: EngineSpec) -> list[tuple[str, str]]:
     if (mode := scenario.workload.loss_agg_mode) not in spec.loss_agg_modes:
         errors.append(("workload.loss_agg_mode", f"engine '{spec.name}' aggregates the loss as "
                                                  f"{', '.join(spec.loss_agg_modes)}, not {mode}"))
+    if (packing := scenario.workload.packing) not in spec.packings:
+        errors.append(("workload.packing", f"engine '{spec.name}' feeds its rows {', '.join(spec.packings)}, not "
+                                           f"{packing}"))
     return errors
 
 

@@ -3,7 +3,7 @@ before it runs anything. Adding a built-in engine = its module + one spec here (
 
 from __future__ import annotations
 
-from parity.harness.contract.spec import LOSS_AGG_MODES, EngineSpec, Requirement
+from parity.harness.contract.spec import LOSS_AGG_MODES, PACKINGS, EngineSpec, Requirement
 
 #: Megatron settings the scenario's layout owns: kwarg name -> the layout field that sets it. verl's McoreEngineConfig
 #: uses the same names, so `verl:` blocks translate through this table too.
@@ -29,11 +29,13 @@ MINDSPEED = Requirement(module="mindspeed", why="needs the mindspeed package (in
 HF = EngineSpec(
     name="hf", engine="parity.engines.hf:HFEngine",
     summary="transformers model in one process; the reference engine",
+    packings=PACKINGS,
     kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, preload=("transformers", "parity.engines.hf"))
 
 FSDP2 = EngineSpec(
     name="fsdp2", engine="parity.engines.fsdp2:FSDP2Engine", aliases=("fsdp",),
     summary="transformers model under torch FSDP2 fully_shard, with Ulysses sequence parallel or 2-D FSDP x TP",
+    packings=PACKINGS,
     dims=frozenset({"dp", "ulysses", "tp"}), kwargs_blocks=("fsdp_kwargs",),
     rules="parity.engines.specs:fsdp2_layout_errors",
     preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2"))
@@ -41,6 +43,7 @@ FSDP2 = EngineSpec(
 MEGATRON = EngineSpec(
     name="megatron", engine="parity.engines.megatron:MegatronEngine",
     summary="Megatron-Core GPTModel with its own schedules, DDP and optimizer",
+    packings=PACKINGS,
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",), layout_keys=MEGATRON_LAYOUT_KEYS,
     rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,),
     preload=("transformers", "megatron.core", "parity.engines.megatron.model"))
@@ -59,6 +62,7 @@ MINDSPEED_PRELOAD = ("transformers", "transformers.models.auto.configuration_aut
 MINDSPEED_MEGATRON = EngineSpec(
     name="mindspeed_megatron", engine="parity.engines.mindspeed_megatron:MindSpeedMegatronEngine",
     summary="the Megatron engine with Ascend MindSpeed's adaptor re-patched for the layout",
+    packings=PACKINGS,
     retired={"mindspeed_llm": "verl renamed the MindSpeed-LLM strategy"},
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",),
     layout_keys={**MEGATRON_LAYOUT_KEYS, "seq_length": "workload.prompt_len + workload.response_len"},
@@ -72,6 +76,7 @@ MINDSPEED_MEGATRON = EngineSpec(
 MINDSPEED_FSDP = EngineSpec(
     name="mindspeed_fsdp", engine="parity.engines.mindspeed_fsdp:MindSpeedFSDPEngine",
     summary="MindSpeed's FSDP parallel engine (mindspeed.fsdp) over a transformers model",
+    packings=PACKINGS,
     retired={"mindspeed_mm": "MindSpeed-MM's FSDP path is MindSpeed's FSDP engine"},
     dims=frozenset({"dp", "tp", "ep", "ulysses"}), kwargs_blocks=("fsdp_kwargs",),
     requires=(TORCH_NPU, MINDSPEED, Requirement(

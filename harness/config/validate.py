@@ -54,13 +54,14 @@ def layout_errors(scenario: Scenario) -> list[tuple[str, str]]:
     errors = spec_errors(scenario, spec)
     if wl.batch_size % lay.dp:
         errors.append(("workload.batch_size", f"batch_size({wl.batch_size}) is not divisible by dp({lay.dp})"))
-    if wl.seq_len % lay.ulysses:
+    # packed rows have no fixed length: the engines pad each packed stream or sequence to what their split needs
+    if wl.seq_len % lay.ulysses and not wl.packed:
         errors.append(("workload", f"sequence length {wl.seq_len} (prompt_len + response_len) is not divisible "
                                    f"by ulysses({lay.ulysses})"))
-    if lay.cp > 1 and wl.seq_len % (2 * lay.cp):
+    if lay.cp > 1 and wl.seq_len % (2 * lay.cp) and not wl.packed:
         errors.append(("layout.cp", f"sequence length {wl.seq_len} is not divisible by 2*cp({2 * lay.cp}) "
                                    "(load-balanced context parallel splits it into 2*cp chunks)"))
-    if lay.sequence_parallel and (wl.seq_len // lay.cp) % lay.tp:
+    if lay.sequence_parallel and (wl.seq_len // lay.cp) % lay.tp and not wl.packed:
         errors.append(("workload", f"sequence parallel splits each rank's {wl.seq_len // lay.cp} tokens over "
                                    f"tp({lay.tp}): they must divide evenly"))
     shape = model_shape(scenario.model)
@@ -92,6 +93,9 @@ def spec_errors(scenario: Scenario, spec: EngineSpec) -> list[tuple[str, str]]:
     if (mode := scenario.workload.loss_agg_mode) not in spec.loss_agg_modes:
         errors.append(("workload.loss_agg_mode", f"engine '{spec.name}' aggregates the loss as "
                                                  f"{', '.join(spec.loss_agg_modes)}, not {mode}"))
+    if (packing := scenario.workload.packing) not in spec.packings:
+        errors.append(("workload.packing", f"engine '{spec.name}' feeds its rows {', '.join(spec.packings)}, not "
+                                           f"{packing}"))
     return errors
 
 

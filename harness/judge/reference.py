@@ -18,8 +18,8 @@ from parity.harness.contract.schema import Layout, Scenario
 
 def reference_scenario(scenario: Scenario) -> Scenario | None:
     """The run to compare against; None for a stored golden (read from disk instead)."""
-    if scenario.reference == "hf_fp32":
-        return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload, dtype="fp32",
+    if scenario.reference == "hf_fp32":  # a packed run is judged against the same padded reference
+        return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload.padded(), dtype="fp32",
                         device="cpu", timeout=scenario.timeout, source=scenario.source)
     if scenario.reference == "single_rank":
         return scenario.model_copy(update={"layout": Layout(), "faults": (), "name": "single-rank"})
@@ -35,7 +35,7 @@ def baseline_scenario(scenario: Scenario) -> Scenario | None:
     if scenario.baseline is None:
         return None
     precision = "master_weights" if scenario.baseline == "hf_master_weights" else "autocast"
-    return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload, dtype=scenario.dtype,
+    return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload.padded(), dtype=scenario.dtype,
                     device=scenario.device, timeout=scenario.timeout, source=scenario.source,
                     engine_kwargs={"precision": precision}, name=f"baseline-{precision}")
 
@@ -70,7 +70,7 @@ def engine_module(run: Scenario) -> str | None:
 def run_identity(run: Scenario) -> dict[str, Any]:
     """What a golden must agree on with the scenario judged against it (stored in every record's provenance)."""
     return {"model": run.model, "model_identity": model_identity(run.model),
-            "workload": run.workload.model_dump(mode="json")}
+            "workload": run.workload.padded().model_dump(mode="json")}
 
 
 def golden_mismatch(provenance: dict[str, Any], scenario: Scenario) -> list[str]:

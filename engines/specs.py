@@ -92,7 +92,7 @@ VERL_FSDP = EngineSpec(
     name="verl_fsdp", engine="parity.engines.verl.fsdp:VerlFSDPEngine",
     summary="verl's own FSDPEngineWithLMHead (FSDP2 / FSDP1) from verl's config, driven by verl's engine API",
     dims=frozenset({"dp", "ulysses"}), kwargs_blocks=("actor_rollout_ref",), dtypes=("fp32", "bf16"),
-    loss_agg_modes=LOSS_AGG_MODES, prepare="parity.engines.verl.rules:prepare_fsdp",
+    loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS, prepare="parity.engines.verl.rules:prepare_fsdp",
     rules="parity.engines.verl.rules:fsdp_errors", environment_check="parity.engines.verl.source:problem",
     preload=VERL_PRELOAD)
 

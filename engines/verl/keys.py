@@ -27,6 +27,8 @@ DTYPE_NAMES = {"fp32": "fp32", "float32": "fp32", "32": "fp32", "bf16": "bf16", 
                "fp16": "fp16", "float16": "fp16", "16": "fp16"}
 #: scenario dtype -> the spelling written into verl's config (McoreEngineConfig.dtype accepts only these)
 VERL_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: verl's model.use_remove_padding <-> the scenario's workload.packing (verl packs the rows it is given)
+PACKING = {True: "packed", False: "padded"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ COMMON_SHARED = {
     "actor.entropy_coeff": "workload.entropy_coeff",
     "actor.loss_agg_mode": "workload.loss_agg_mode",
     "actor.ppo_mini_batch_size": "workload.batch_size",
+    "model.use_remove_padding": "workload.packing",
 }
 
 COMMON_READ_BACK = {
@@ -238,11 +241,19 @@ def _field_problem(path: str, value: Any) -> str | None:
 
 
 def _to_scenario(field: str, value: Any) -> Any:
-    return DTYPE_NAMES.get(str(value), value) if field == "dtype" else value
+    if field == "dtype":
+        return DTYPE_NAMES.get(str(value), value)
+    if field == "workload.packing" and isinstance(value, bool):
+        return PACKING[value]
+    return value
 
 
 def _to_verl(field: str, value: Any) -> Any:
-    return VERL_DTYPE.get(value, value) if field == "dtype" else value
+    if field == "dtype":
+        return VERL_DTYPE.get(value, value)
+    if field == "workload.packing":
+        return {v: k for k, v in PACKING.items()}.get(value, value)
+    return value
 
 
 def _same(field: str, verl_value: Any, scenario_value: Any) -> bool:

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.multiprocess,
               pytest.mark.skipif(source.problem() is not None, reason=f"verl lane only: {source.problem()}")]
 
 VERL = {s.id: s for s in load_file(REPO / "scenarios" / "verl.yaml")}
-TWIN = "tiny-llama/verl_fsdp/dp2/fp32/cpu+settings"
+TWIN = "tiny-llama/verl_fsdp/dp2/fp32/cpu+packed+settings"
 #: planted engine -> the reason it must FAIL with
 PLANTED = {
     "tests.data.planted_verl:DropsReshardAfterForward":

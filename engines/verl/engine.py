@@ -48,6 +48,7 @@ class VerlEngine(Engine):
         if problem := shims.platform_problem(device):
             raise RuntimeError(problem)
         self.shims += shims.apply(device)
+        self.shims += self.backend_shims()
         self.configs = config.build(self.config_name, self.ctx.scenario.actor_rollout_ref, self.ctx.checkpoint)
         actor = self.configs.actor
         self.engine_config = actor.engine
@@ -74,6 +75,11 @@ class VerlEngine(Engine):
         engine.infer_micro_batch_size_per_gpu = actor.ppo_micro_batch_size_per_gpu
         engine.use_remove_padding = model.get("use_remove_padding", False)
         engine.use_fused_kernels = model.get("use_fused_kernels", False)
+
+    def backend_shims(self) -> list[str]:
+        """The backend's own device shims (engines/verl/shims.py), applied once verl is imported and before verl
+        builds its engine; returns their names for the record."""
+        return []
 
     def observed_module(self) -> torch.nn.Module:
         """The module whose forward inputs are recorded (the built HF / Megatron model)."""

@@ -31,7 +31,10 @@ def read_back(engine: Any, key: str, requested: Any) -> Any:
     """What verl did with one key (see the module docstring)."""
     spec = engine.keys.read_back_for(key)
     if spec is not None:
-        return RULES[spec.rule](engine, key, requested)
+        value = RULES[spec.rule](engine, key, requested)
+        if spec.dropped_in and value is not requested and not same_value(value, requested):
+            return f"{value!r}, dropped in {spec.dropped_in}"  # where verl is known to drop it
+        return value
     if key in engine.configs.defaults and same_value(requested, engine.configs.defaults[key]):
         return _config_value(engine, key)
     return NOT_READ

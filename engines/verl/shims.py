@@ -120,6 +120,12 @@ MBRIDGE_LOCAL_SPEC = Shim(
     "mbridge builds Transformer Engine's layer spec unconditionally (use_transformer_engine=True) and TE needs CUDA: "
     "on CPU it builds Megatron's local spec (torch RMSNorm, local core attention) through the project's "
     "engines/megatron/model.py layer_spec, with the core attention below")
+THD_ATTENTION = Shim(
+    "thd-core-attention", "megatron/core/transformer/dot_product_attention.py:153 (local attention refuses "
+    "packed_seq_params) against verl/models/mcore/util.py preprocess_thd_engine (use_remove_padding)",
+    "verl's packed path hands the core attention THD micro-batches with cu_seqlens, which only TE's attention takes; "
+    "on CPU the local core attention hands them to the project's cu_seqlens-aware core attention "
+    "(engines/megatron/cp_attention.py THDAttention: causal within each sequence, K/V gathered over CP)")
 MBRIDGE_NORM_NAMES = Shim(
     "mbridge-local-norm-names", "mbridge/models/qwen2.py:27,52 (and llama.py, mixtral.py, qwen2moe.py), read by "
     "mbridge/core/bridge.py:649 _weight_name_mapping_mcore_to_hf",
@@ -141,7 +147,7 @@ NO_TOKENIZER = Shim(
     "verl's Megatron forward reads model_config.tokenizer.pad_token_id (only a vision model uses it); the harness's "
     "tiny checkpoints have no tokenizer, so an object carrying the HF config's pad_token_id stands in")
 
-MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK, NO_TOKENIZER)
+MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK, THD_ATTENTION, NO_TOKENIZER)
 
 
 def apply_megatron(device: str) -> tuple[list[str], Any]:
@@ -151,7 +157,10 @@ def apply_megatron(device: str) -> tuple[list[str], Any]:
         return [], None
     patches = _megatron_cpu_class()()
     patches.apply()
-    return [s.name for s in (MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK)], patches
+    applied = [MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK]
+    if _thd_attention_class() is not None:
+        applied.append(THD_ATTENTION)
+    return [s.name for s in applied], patches
 
 
 def tokenizer_stand_in(model_config: Any) -> list[str]:
@@ -219,9 +228,19 @@ def _core_attention_class() -> type:
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
 
-    class VerlBSHDCoreAttention(DotProductAttention):
+    class VerlCoreAttention(DotProductAttention):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            packed = _thd_attention_class()
+            self.packed = None if packed is None else packed(*args, **kwargs)
+
         def forward(self, query: Any, key: Any, value: Any, attention_mask: Any, attn_mask_type: Any = None,
                     attention_bias: Any = None, packed_seq_params: Any = None) -> Any:
+            if packed_seq_params is not None:
+                if self.packed is None:
+                    raise NotImplementedError(f"packed (THD) sequences: {THD_MISSING}")
+                return self.packed(query, key, value, attention_mask, attn_mask_type, attention_bias,
+                                   packed_seq_params)
             if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
                 if self.attn_mask_type != AttnMaskType.causal:
                     raise ValueError(f"a [b, s] padding mask with {self.attn_mask_type}: only causal attention "
@@ -232,7 +251,18 @@ def _core_attention_class() -> type:
             return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias,
                                    packed_seq_params)
 
-    return VerlBSHDCoreAttention
+    return VerlCoreAttention
+
+
+THD_MISSING = ("Megatron's local attention refuses them (dot_product_attention.py:153) and this tree has no "
+               "cu_seqlens-aware CPU core attention (engines/megatron/cp_attention.py THDAttention)")
+
+
+def _thd_attention_class() -> type | None:
+    """The project's cu_seqlens-aware CPU core attention for packed (THD) micro-batches, where this tree has it."""
+    from parity.engines.megatron import cp_attention
+
+    return getattr(cp_attention, "THDAttention", None)
 
 
 def _right_padded(mask: Any) -> bool:

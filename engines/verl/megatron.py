@@ -113,10 +113,54 @@ class VerlMegatronEngine(VerlEngine):
 
 class VerlMindSpeedEngine(VerlMegatronEngine):
     """verl's MindSpeed engine class: verl's registry returns it for device npu (VERL_ENGINE_DEVICE on CPU, where
-    only the emulated torch_npu lane runs it)."""
+    only the emulated torch_npu lane runs it). verl imports MindSpeed's adaptor before Megatron
+    (verl/workers/engine/__init__.py) and repatches it with its override_transformer_config before model-parallel
+    init (verl/workers/engine/mindspeed/transformer_impl.py); the adaptor is imported here first, as the project's
+    MindSpeed engine imports it (a clean argv: MindSpeed parses sys.argv at import), with the fused-op counter."""
 
     spec = VERL_MINDSPEED
     engine_device: ClassVar[str] = "npu"
+    _npu_shims: ClassVar[list[str]] = []
+
+    def setup(self) -> None:
+        from parity.engines.fused_ops import COUNTER
+        from parity.engines.mindspeed_env import megatron_pairing_problem
+        from parity.engines.mindspeed_megatron import import_adaptor
+        from parity.engines.verl import source
+
+        VERL_MINDSPEED.require()
+        if problem := megatron_pairing_problem():
+            raise RuntimeError(f"verl_mindspeed: {problem}")
+        source.activate()
+        shims.select_platform(self.ctx.scenario.device, self.engine_device)
+        COUNTER.install()
+        COUNTER.reset()
+        import transformers  # noqa: F401 - its alias modules are in sys.modules when MindSpeed scans them
+
+        self._hidden_modules = shims.hide_transformers_aliases()
+        import_adaptor()
+        self._npu_shims = [*([shims.FAST_ALIASES_WITHOUT_TORCHVISION.name] if self._hidden_modules else []),
+                           *shims.import_verl_as_on_npu()]
+        super().setup()
+
+    def backend_shims(self) -> list[str]:
+        # verl's imports bring transformers' alias modules back; verl's engine repatches MindSpeed next
+        self._hidden_modules.update(shims.hide_transformers_aliases())
+        names, self._device_patches = shims.apply_megatron(self.ctx.scenario.device, local_spec=False)
+        return [*self._npu_shims, *names]
+
+    def teardown(self) -> None:
+        import sys
+
+        try:
+            super().teardown()
+        finally:
+            sys.modules.update(getattr(self, "_hidden_modules", {}))
+
+    def run_provenance(self) -> dict[str, Any]:
+        from parity.engines.mindspeed_megatron import mindspeed_provenance
+
+        return {**super().run_provenance(), **mindspeed_provenance(self.chunks())}
 
 
 # ---- read-backs --------------------------------------------------------------------------------------------------

@@ -24,12 +24,14 @@ def fsdp_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
     return errors(scenario, "ppo_trainer", verl_keys.FSDP)
 
 
-def errors(scenario: Any, config_name: str, keys: EngineKeys) -> list[tuple[str, str]]:
+def errors(scenario: Any, config_name: str, keys: EngineKeys, spec_name: str | None = None) -> list[tuple[str, str]]:
+    """`spec_name`: the verl strategy whose spec an engine named by import path (no `strategy`) inherits."""
     flat: dict[str, Any] = scenario.actor_rollout_ref
-    strategy = flat.get("actor.strategy", BACKENDS[scenario.strategy][0])
-    if strategy not in BACKENDS[scenario.strategy]:
-        return [(f"{BLOCK}.actor.strategy", f"{scenario.strategy} builds verl's "
-                                            f"{' / '.join(BACKENDS[scenario.strategy])} engine, not {strategy!r}")]
+    name = scenario.strategy or spec_name
+    strategy = flat.get("actor.strategy", BACKENDS[name][0])
+    if strategy not in BACKENDS[name]:
+        return [(f"{BLOCK}.actor.strategy", f"{name} builds verl's "
+                                            f"{' / '.join(BACKENDS[name])} engine, not {strategy!r}")]
     problems = [(f"{BLOCK}.{key}", f"{value!r} is not taken: {refused.why} (only {refused.allowed!r})")
                 for key, value in flat.items()
                 if (refused := keys.refused.get(key)) is not None and not verl_keys.same_value(value, refused.allowed)]
@@ -75,7 +77,7 @@ def prepare_megatron(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[st
 
 def megatron_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
     flat: dict[str, Any] = scenario.actor_rollout_ref
-    problems = errors(scenario, "ppo_megatron_trainer", verl_keys.MEGATRON)
+    problems = errors(scenario, "ppo_megatron_trainer", verl_keys.MEGATRON, "verl_megatron")
     ddp = {key.rsplit(".", 1)[1]: value for key, value in flat.items()
            if key.startswith("actor.megatron.override_ddp_config.")}
     if "bucket_size" in ddp and not ddp.get("overlap_grad_reduce", False):
@@ -83,7 +85,7 @@ def megatron_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
         problems.append((f"{BLOCK}.actor.megatron.override_ddp_config.bucket_size",
                          "Megatron's DDP discards bucket_size unless overlap_grad_reduce is on, so no read-back "
                          "could tell whether verl applied it: give override_ddp_config.overlap_grad_reduce: true"))
-    if scenario.strategy == "verl_megatron" and scenario.device == "cpu" and scenario.layout.cp > 1:
+    if scenario.strategy != "verl_mindspeed" and scenario.device == "cpu" and scenario.layout.cp > 1:
         problems.append(("layout.cp", "verl_megatron on CPU builds Megatron's local spec, whose core attention "
                                       "refuses context parallelism (the emulated NPU lane runs verl_mindspeed's CP "
                                       "through MindSpeed's attention)"))

@@ -147,20 +147,80 @@ NO_TOKENIZER = Shim(
     "verl's Megatron forward reads model_config.tokenizer.pad_token_id (only a vision model uses it); the harness's "
     "tiny checkpoints have no tokenizer, so an object carrying the HF config's pad_token_id stands in")
 
-MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK, THD_ATTENTION, NO_TOKENIZER)
+EMULATED_NPU_AVAILABLE = Shim(
+    "emulated-npu-available", "verl/utils/device.py:62 (is_npu_available, read once at import)",
+    "the emulated torch_npu (tests/emulated_npu) reports no device, so that torch's accelerator stays the CPU; verl "
+    "picks its Ascend code paths (the B1SS mask of npu_fusion_attention, MindSpeed's packed-sequence setup in "
+    "verl/models/mcore/util.py) from torch.npu.is_available() when it is imported. verl is imported with that "
+    "answering True, so it takes the paths it takes on an Ascend device; only in the emulated lane")
+
+FAST_ALIASES_WITHOUT_TORCHVISION = Shim(
+    "transformers-alias-modules", "transformers/__init__.py:803-847 (5.10: backward-compatibility alias modules, "
+    "`*_fast`, import their target on any attribute lookup) against mindspeed/patch_utils.py:126 (hasattr on every "
+    "module in sys.modules, at adaptor import and at every repatch)",
+    "verl 0.9.1 pins transformers < 5.11, whose alias modules (transformers.image_processing_utils_fast, "
+    "transformers.models.*.image_processing_*_fast, ...) import an image processor on any attribute lookup, and "
+    "those need torchvision (no CPU build of it on PyPI); MindSpeed probes every loaded module for each function "
+    "it patches, so its adaptor import fails (`range_push`). Where torchvision is missing, the alias modules "
+    "(no file, a module-level __getattr__) leave sys.modules while verl's MindSpeed engine runs and come back at "
+    "teardown; nothing in verl, mbridge or MindSpeed imports them. Only in the emulated lane")
+
+MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK, THD_ATTENTION, NO_TOKENIZER,
+                      EMULATED_NPU_AVAILABLE, FAST_ALIASES_WITHOUT_TORCHVISION)
 
 
-def apply_megatron(device: str) -> tuple[list[str], Any]:
+def hide_transformers_aliases() -> dict[str, Any]:
+    """transformers' alias modules out of sys.modules where torchvision is missing (FAST_ALIASES_WITHOUT_TORCHVISION);
+    returns them, for `sys.modules.update` at teardown."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("torchvision") is not None:
+        return {}
+    hidden = {name: module for name, module in list(sys.modules.items())
+              if name.startswith("transformers.") and getattr(module, "__file__", "") is None
+              and "__getattr__" in getattr(module, "__dict__", {})}
+    for name in hidden:
+        del sys.modules[name]
+    return hidden
+
+
+def apply_megatron(device: str, local_spec: bool = True) -> tuple[list[str], Any]:
     """verl's Megatron engine on CPU, once verl is imported and before verl builds its engine: returns the names
-    applied and the object whose `restore()` undoes them (teardown), or ([], None) off CPU."""
+    applied and the object whose `restore()` undoes them (teardown), or ([], None) off CPU. `local_spec` False
+    keeps mbridge's TE spec (under MindSpeed its TE classes are MindSpeed's stand-ins, which run on CPU)."""
     if device != "cpu":
         return [], None
-    patches = _megatron_cpu_class()()
+    patches = _megatron_cpu_class()(local_spec)
     patches.apply()
-    applied = [MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK]
-    if _thd_attention_class() is not None:
-        applied.append(THD_ATTENTION)
+    applied = [MEGATRON_CPU]
+    if local_spec:
+        applied += [MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK]
+        if _thd_attention_class() is not None:
+            applied.append(THD_ATTENTION)
     return [s.name for s in applied], patches
+
+
+def import_verl_as_on_npu() -> list[str]:
+    """Under the emulated torch_npu: import verl with torch.npu.is_available() answering True (see
+    EMULATED_NPU_AVAILABLE). A verl already imported keeps what it read then: refused."""
+    import sys
+
+    import torch
+
+    if not getattr(sys.modules.get("torch_npu"), "EMULATED", False):
+        return []
+    if "verl.utils.device" in sys.modules:
+        raise RuntimeError("verl was imported before the emulated NPU was announced to it (a forkserver that "
+                           "preloaded verl?): its NPU code paths are decided at import")
+    answer = torch.npu.is_available
+    torch.npu.is_available = lambda: True
+    try:
+        import verl.utils.device
+        import verl.workers.engine  # noqa: F401
+    finally:
+        torch.npu.is_available = answer
+    return [EMULATED_NPU_AVAILABLE.name]
 
 
 def tokenizer_stand_in(model_config: Any) -> list[str]:
@@ -180,8 +240,14 @@ def _megatron_cpu_class() -> type:
     class MegatronCpu(CpuCompat):
         """The project's megatron-core CPU shim plus mbridge's TE assumptions; restore() undoes both."""
 
+        def __init__(self, local_spec: bool) -> None:
+            super().__init__()
+            self.local_spec = local_spec
+
         def apply(self) -> None:
             super().apply()
+            if not self.local_spec:
+                return
             from mbridge.core import bridge, llm_bridge
 
             self._set(llm_bridge.LLMBridge, "_get_transformer_layer_spec", _local_layer_spec)

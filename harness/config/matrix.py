@@ -15,7 +15,14 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from parity.harness.config.errors import ScenarioError, did_you_mean
-from parity.harness.config.registry import ALIASES, RETIRED, SPECS, import_path
+from parity.harness.config.registry import (
+    ALIASES,
+    RETIRED,
+    SPECS,
+    engine_import_problem,
+    import_path,
+    third_party_spec,
+)
 from parity.harness.config.renames import RENAMED_KEYS
 from parity.harness.config.verl_config import translate
 from parity.harness.contract.schema import Scenario
@@ -123,9 +130,12 @@ def parse_scenario(raw: dict[str, Any], *, file: str, label: str) -> Scenario:
 
 
 def prepare(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:
-    """The engine's own preparation of its raw mapping (EngineSpec.prepare), when it has one."""
-    strategy = raw.get("strategy")
+    """The engine's own preparation of its raw mapping (EngineSpec.prepare), when it has one; an engine named by
+    import path prepares as the spec it declares (a subclass of a verl engine takes the verl config tree)."""
+    strategy, engine = raw.get("strategy"), raw.get("engine")
     spec = SPECS.get(strategy) if isinstance(strategy, str) else None
+    if spec is None and isinstance(engine, str) and ":" in engine and engine_import_problem(engine) is None:
+        spec = third_party_spec(engine)
     if spec is None or spec.prepare is None:
         return raw
     prepared, problems = import_path(spec.prepare)(raw)

@@ -1,5 +1,5 @@
-"""verl's own Megatron engine under test (engines/verl/megatron.py): the rows of scenarios/verl.yaml's verl Megatron
-section run through the three-way bf16 lane, each verl key read back from what verl built; the two verl drops FAIL
+"""verl's own Megatron engine under test (engines/verl/megatron.py): the rows of scenarios/verl_megatron.yaml
+run through the three-way bf16 lane, each verl key read back from what verl built; the two verl drops FAIL
 naming verl's file once their `broken` mark is lifted; a planted verl engine that drops one
 override_transformer_config key FAILs naming the key and its clean twin PASSes. SKIPs where verl is not
 installed (its own lane: verl pins transformers < 5.11)."""
@@ -31,13 +31,13 @@ defaults:
       ppo_micro_batch_size_per_gpu: 2
       megatron: {vanilla_mbridge: true, override_transformer_config: {KEY: true}}
 matrix:
-  - {engine: "tests.data.planted_verl:DropsOneKeyEngine", name: drops}
-  - {engine: "tests.data.planted_verl:CleanTwinEngine", name: clean}
+  - {engine: "tests.data.planted_verl_megatron:DropsOneKeyEngine", name: drops}
+  - {engine: "tests.data.planted_verl_megatron:CleanTwinEngine", name: clean}
 """
 
 
 def _megatron_rows() -> list[Scenario]:
-    return [s for s in load_file(REPO / "scenarios" / "verl.yaml") if s.strategy == "verl_megatron"]
+    return [s for s in load_file(REPO / "scenarios" / "verl_megatron.yaml") if s.strategy == "verl_megatron"]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_verl_drops_fail_naming_verls_file(verl_runner, name: str, key: str, whe
 
 
 def test_planted_verl_engine_dropping_one_override_key_fails_naming_it(verl_runner, write_yaml) -> None:
-    from tests.data.planted_verl import DROPPED
+    from tests.data.planted_verl_megatron import DROPPED
 
     drops, clean = (verl_runner.run_scenario(s) for s in load_file(write_yaml(PLANTED.replace("KEY", DROPPED))))
     assert clean.status == "PASS", clean.reasons

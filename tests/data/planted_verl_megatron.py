@@ -1,4 +1,4 @@
-"""A planted verl engine for tests/multiproc/test_verl_megatron.py: verl's own MegatronEngineWithLMHead, subclassed
+"""A planted verl Megatron engine (tests/multiproc/test_verl_megatron.py): verl's MegatronEngineWithLMHead, subclassed
 to drop one `override_transformer_config` key silently before it builds the TransformerConfig (as a renamed or
 forgotten key would be dropped), registered in verl's EngineRegistry under a device key of its own, so the
 candidate is still built by `EngineRegistry.new` through verl's config and driven through verl's engine API. Its

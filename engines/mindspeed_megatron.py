@@ -196,6 +196,48 @@ def mindspeed_thd_split(whole: dict[str, Any], cu_seqlens_padded: Any) -> dict[s
     return _get_batch_on_this_cp_rank_in_megatron_cp_eod_padding(dict(whole), ends)
 
 
+def mindspeed_provenance(chunks: Any) -> dict[str, Any]:
+    """What ran underneath, for the RunRecord: which MindSpeed, how many of its patches and which of its features
+    were applied, the attention its patches built into `chunks` (this rank's model chunks), and the fused ops
+    called on this rank (rank 0's record)."""
+    from mindspeed.args_utils import get_full_args
+    from mindspeed.features_manager.features_manager import MindSpeedFeaturesManager
+    from mindspeed.patch_utils import MindSpeedPatchesManager
+
+    source = find_mindspeed()
+    args = get_full_args()
+    features = sorted({f.feature_name for f in MindSpeedFeaturesManager.FEATURES_LIST if f.is_need_apply(args)})
+    patches = [name for name, p in MindSpeedPatchesManager.patches_info.items() if p.is_applied]
+    return {"mindspeed": {**(source.as_dict() if source else {}), "patches": len(patches),
+                          "attention": built_attention(chunks),
+                          "features": features, "fused_ops": COUNTER.counts(),
+                          "fused_ops_source": "emulated torch_npu" if COUNTER.emulated else "torch_npu"}}
+
+
+def built_attention(chunks: Any) -> dict[str, Any]:
+    """The core-attention and QKV-linear classes (the latter module-qualified: a MindSpeed class there = the TE
+    spec's stand-in) MindSpeed's patches instantiated in these model chunks, the CP algorithm and mask type the
+    config they hold carries (what their forward reads), and the class MindSpeed put behind Megatron's
+    `TEDotProductAttention` name (`te_attention`: which class differs by MindSpeed branch)."""
+    import torch
+
+    classes, qkv, algos, masks = set(), set(), set(), set()
+    for chunk in chunks:
+        for module in chunk.modules():
+            core = getattr(module, "core_attention", None)
+            # Megatron's (Self)Attention holds the core attention; MindSpeed's TE stand-in nests its own
+            if hasattr(module, "linear_qkv") and isinstance(core, torch.nn.Module):
+                classes.add(type(core).__qualname__)
+                qkv.add(f"{type(module.linear_qkv).__module__}.{type(module.linear_qkv).__qualname__}")
+                held = getattr(core, "config", None)
+                algos.add(getattr(held, "context_parallel_algo", None))
+                masks.add(getattr(held, "attention_mask_type", None))
+    te = getattr(sys.modules.get("megatron.core.extensions.transformer_engine"), "TEDotProductAttention", None)
+    return {"core_attention": sorted(classes), "linear_qkv": sorted(qkv),
+            "te_attention": f"{te.__module__}.{te.__qualname__}" if isinstance(te, type) else None,
+            "context_parallel_algo": sorted(map(str, algos)), "attention_mask_type": sorted(map(str, masks))}
+
+
 class _MindSpeedMegatronMixin:
     """MindSpeed on top of the Megatron engine: checks, repatch before model-parallel init, kwargs routing."""
 
@@ -212,21 +254,8 @@ class _MindSpeedMegatronMixin:
         self._verify_context_parallel()
 
     def run_provenance(self) -> dict[str, Any]:
-        """What ran underneath, for the RunRecord: which MindSpeed, how many of its patches and which of its
-        features were applied, and the fused ops called on this rank (rank 0's record)."""
-        from mindspeed.args_utils import get_full_args
-        from mindspeed.features_manager.features_manager import MindSpeedFeaturesManager
-        from mindspeed.patch_utils import MindSpeedPatchesManager
-
-        source = find_mindspeed()
-        args = get_full_args()
-        features = sorted({f.feature_name for f in MindSpeedFeaturesManager.FEATURES_LIST if f.is_need_apply(args)})
-        patches = [name for name, p in MindSpeedPatchesManager.patches_info.items() if p.is_applied]
-        return {**getattr(super(), "run_provenance", dict)(),
-                "mindspeed": {**(source.as_dict() if source else {}), "patches": len(patches),
-                              "attention": self.built_attention(),
-                              "features": features, "fused_ops": COUNTER.counts(),
-                              "fused_ops_source": "emulated torch_npu" if COUNTER.emulated else "torch_npu"}}
+        """What ran underneath (mindspeed_provenance), over what the Megatron engine records."""
+        return {**getattr(super(), "run_provenance", dict)(), **mindspeed_provenance(getattr(self, "model", []))}
 
     def prepare_megatron(self) -> None:
         """Runs before initialize_model_parallel: repatch MindSpeed with what verl passes (`repatch_args`)."""
@@ -311,29 +340,7 @@ class _MindSpeedMegatronMixin:
         return {**applied, "mcore_kwargs": mcore} if mcore else applied
 
     def built_attention(self) -> dict[str, Any]:
-        """The core-attention and QKV-linear classes (the latter module-qualified: a MindSpeed class there = the TE
-        spec's stand-in) MindSpeed's patches instantiated in this rank's model, the CP algorithm and mask type the
-        config they hold carries (what their forward reads), and the class MindSpeed put behind Megatron's
-        `TEDotProductAttention` name (`te_attention`: which class differs by MindSpeed branch)."""
-        import sys
-
-        import torch
-
-        classes, qkv, algos, masks = set(), set(), set(), set()
-        for chunk in getattr(self, "model", []):
-            for module in chunk.modules():
-                core = getattr(module, "core_attention", None)
-                # Megatron's (Self)Attention holds the core attention; MindSpeed's TE stand-in nests its own
-                if hasattr(module, "linear_qkv") and isinstance(core, torch.nn.Module):
-                    classes.add(type(core).__qualname__)
-                    qkv.add(f"{type(module.linear_qkv).__module__}.{type(module.linear_qkv).__qualname__}")
-                    held = getattr(core, "config", None)
-                    algos.add(getattr(held, "context_parallel_algo", None))
-                    masks.add(getattr(held, "attention_mask_type", None))
-        te = getattr(sys.modules.get("megatron.core.extensions.transformer_engine"), "TEDotProductAttention", None)
-        return {"core_attention": sorted(classes), "linear_qkv": sorted(qkv),
-                "te_attention": f"{te.__module__}.{te.__qualname__}" if isinstance(te, type) else None,
-                "context_parallel_algo": sorted(map(str, algos)), "attention_mask_type": sorted(map(str, masks))}
+        return built_attention(getattr(self, "model", []))
 
     def _verify_context_parallel(self) -> None:
         """Fail loudly where CP used to stay 1 silently: Megatron's CP group and MindSpeed's ring groups."""

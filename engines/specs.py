@@ -86,7 +86,9 @@ MINDSPEED_FSDP = EngineSpec(
     devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("mindspeed",))
 
 #: the verl engines' forkserver preload: engines/verl/warm.py chooses verl's platform, then imports verl's engines
-VERL_PRELOAD = ("transformers", "torch.distributed.fsdp", "parity.engines.verl.warm")
+#: ("verl" itself is named last, so that a planned engine that keeps verl out of the server (verl_mindspeed) keeps
+#: this whole preload out: registry.preload_modules matches top-level names)
+VERL_PRELOAD = ("transformers", "torch.distributed.fsdp", "parity.engines.verl.warm", "verl")
 
 VERL_FSDP = EngineSpec(
     name="verl_fsdp", engine="parity.engines.verl.fsdp:VerlFSDPEngine",
@@ -97,6 +99,32 @@ VERL_FSDP = EngineSpec(
     preload=VERL_PRELOAD)
 
 
+MBRIDGE = Requirement(module="mbridge", distribution="mbridge", versions=">=0.15.1,<0.16",
+                      why="mbridge is not installed (pip install mbridge==0.15.1 einops): verl's vanilla-mbridge "
+                          "path builds the Megatron model")
+
+VERL_MEGATRON = EngineSpec(
+    name="verl_megatron", engine="parity.engines.verl.megatron:VerlMegatronEngine",
+    summary="verl's own MegatronEngineWithLMHead (megatron-core through mbridge) from verl's config, driven by "
+            "verl's engine API",
+    dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
+    prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
+    requires=(MEGATRON_CORE, MBRIDGE), environment_check="parity.engines.verl.source:problem",
+    preload=(*VERL_PRELOAD, "megatron.core", "parity.engines.verl.megatron"))
+
+VERL_MINDSPEED = EngineSpec(
+    name="verl_mindspeed", engine="parity.engines.verl.megatron:VerlMindSpeedEngine",
+    summary="verl's MindspeedEngineWithLMHead (its Megatron engine with MindSpeed's repatch), Ascend NPU",
+    dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
+    prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
+    requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",
+                                                why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),
+              MEGATRON_CORE, MBRIDGE),
+    environment_check="parity.engines.verl.rules:mindspeed_environment_problem",
+    # verl imports MindSpeed's adaptor, then Megatron (verl/workers/engine/__init__.py): the rank imports all three
+    devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("megatron", "mindspeed", "verl"))
+
+
 def fsdp2_layout_errors(scenario: object, shape: object) -> list[tuple[str, str]]:
     """fsdp2 splits the inner mesh dimension one way: the sequence (Ulysses) or the heads (TP), not both."""
     layout = scenario.layout  # type: ignore[attr-defined]
@@ -105,4 +133,5 @@ def fsdp2_layout_errors(scenario: object, shape: object) -> list[tuple[str, str]
     return []
 
 
-BUILTIN: tuple[EngineSpec, ...] = (HF, FSDP2, MEGATRON, MINDSPEED_MEGATRON, MINDSPEED_FSDP, VERL_FSDP)
+BUILTIN: tuple[EngineSpec, ...] = (HF, FSDP2, MEGATRON, MINDSPEED_MEGATRON, MINDSPEED_FSDP, VERL_FSDP,
+                                   VERL_MEGATRON, VERL_MINDSPEED)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 import torch._dynamo
+import torch.autograd.graph
 import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
@@ -222,6 +223,16 @@ def _torch_norm_new(cls: type, config: Any, hidden_size: int, eps: float = 1e-5,
     return norm
 
 
+def _under_mode(run_backward: Callable[..., Any], mode: TorchFunctionMode) -> Callable[..., Any]:
+    def engine_run_backward(*args: Any, **kwargs: Any) -> Any:
+        if mode in torch.overrides._get_current_function_mode_stack():
+            return run_backward(*args, **kwargs)
+        with mode:
+            return run_backward(*args, **kwargs)
+
+    return engine_run_backward
+
+
 class CpuCompat:
     """The patch set. `apply()` once per engine setup, `restore()` in teardown."""
 
@@ -286,6 +297,14 @@ class CpuCompat:
         # without expert bias: compiling it was ~15 % of a MoE row's time; eager is bit-identical on all 16 rows
         self._set(torch._dynamo.config, "disable", True)
         self._mode = CudaToCpuMode()
+        # the autograd engine runs a graph's Python backward code (custom autograd Functions) without the mode: the
+        # mode's own handler pops it while `loss.backward()` runs, and a Function's backward never sees it anyway.
+        # Megatron's activation recompute (tensor_parallel.random.CheckpointFunction) re-runs the forward there,
+        # and transformer/utils.py get_default_causal_mask allocates on "cuda". The one call that runs the engine
+        # for `Tensor.backward`, `torch.autograd.backward` and `.grad` runs with the mode pushed again
+        backward = _under_mode(torch.autograd.graph._engine_run_backward, self._mode)
+        self._set(torch.autograd.graph, "_engine_run_backward", backward)
+        self._set(torch.autograd, "_engine_run_backward", backward)
         self._mode.__enter__()
 
     def restore(self) -> None:

@@ -48,6 +48,7 @@ class VerlEngine(Engine):
         if problem := shims.platform_problem(device):
             raise RuntimeError(problem)
         self.shims += shims.apply(device)
+        self.shims += self.backend_shims()
         self.configs = config.build(self.config_name, self.ctx.scenario.actor_rollout_ref, self.ctx.checkpoint)
         actor = self.configs.actor
         self.engine_config = actor.engine
@@ -79,6 +80,11 @@ class VerlEngine(Engine):
 
     def before_build(self) -> None:
         """Runs after verl is imported and configured, before its EngineRegistry builds the engine."""
+
+    def backend_shims(self) -> list[str]:
+        """The backend's own device shims (engines/verl/shims.py), applied once verl is imported and before verl
+        builds its engine; returns their names for the record."""
+        return []
 
     def observed_module(self) -> torch.nn.Module:
         """The module whose forward inputs are recorded (the built HF / Megatron model)."""

@@ -14,6 +14,7 @@ kinds of key:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,8 @@ class EngineKeys:
     read_back: Mapping[str, ReadBack]
     """verl key (or 'prefix.*' for the keys of a dict-typed field) -> its read-back."""
     refused: Mapping[str, Refused]
+    verl_none: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """shared verl key -> the scenario value verl spells None (Megatron's vpp None is the scenario's vpp 1)."""
 
     def read_back_for(self, key: str) -> ReadBack | None:
         if key in self.read_back:
@@ -290,5 +293,85 @@ def prepare(raw: dict[str, Any], keys: EngineKeys) -> tuple[dict[str, Any], list
         if key not in flat:
             value = _get(out, field)
             flat[key] = _to_verl(field, _field_default(field) if value is None else value)
+            if key in keys.verl_none and flat[key] == keys.verl_none[key]:
+                flat[key] = None
     out[BLOCK] = flat
     return out, problems
+
+
+# ---- verl's Megatron engine (McoreActorConfig: actor.megatron is its McoreEngineConfig) --------------------------
+_MEGATRON_SIZES = {
+    "tensor_model_parallel_size": "layout.tp",
+    "pipeline_model_parallel_size": "layout.pp",
+    "virtual_pipeline_model_parallel_size": "layout.vpp",
+    "context_parallel_size": "layout.cp",
+    "expert_model_parallel_size": "layout.ep",
+}
+#: verl's engine sets the model's sequence parallelism itself on the vanilla-mbridge path (mbridge: tp > 1), and
+#: forwards McoreEngineConfig.sequence_parallel only on the Megatron-Bridge path
+SEQUENCE_PARALLEL_DROP = ("verl/workers/engine/megatron/transformer_impl.py:328-333 (vanilla mbridge: only "
+                          "override_transformer_config reaches the TransformerConfig, :361 forwards it on the "
+                          "Megatron-Bridge path only; mbridge/core/llm_bridge.py:76 sets sequence_parallel = tp > 1)")
+#: verl builds Megatron's OptimizerConfig from a fixed set of its optimizer keys; betas is not one of them
+BETAS_DROP = ("verl/utils/megatron/optimizer.py:126-217 init_megatron_optim_config (betas never reach Megatron's "
+              "OptimizerConfig: adam_beta1 / adam_beta2 keep Megatron's defaults unless "
+              "override_optimizer_config sets them)")
+
+MEGATRON = EngineKeys(
+    backends=("megatron",),
+    shared={**COMMON_SHARED, "actor.megatron.dtype": "dtype",
+            "actor.megatron.sequence_parallel": "layout.sequence_parallel",
+            **{f"actor.megatron.{key}": field for key, field in _MEGATRON_SIZES.items()}},
+    read_back={**{k: v for k, v in COMMON_READ_BACK.items()
+                  if not k.startswith(("model.override_config", "model.enable_gradient_checkpointing"))},
+               "actor.optim.clip_grad": ReadBack("mcore_clip", "clip_grad of Megatron's OptimizerConfig and the "
+                                                               "max_norm its grad clipping ran with, every step"),
+               "actor.optim.weight_decay": ReadBack("mcore_weight_decay",
+                                                    "weight_decay of Megatron's OptimizerConfig and of every "
+                                                    "param group that decays"),
+               "actor.optim.betas": ReadBack("optimizer_group", "betas of every optimizer param group",
+                                             dropped_in=BETAS_DROP),
+               "actor.optim.optimizer": ReadBack("mcore_optimizer", "optimizer of Megatron's OptimizerConfig"),
+               "actor.optim.min_lr": ReadBack("mcore_optimizer", "min_lr of Megatron's OptimizerConfig"),
+               "actor.optim.override_optimizer_config.*": ReadBack("mcore_optimizer",
+                                                                   "the field of Megatron's OptimizerConfig"),
+               **{f"actor.megatron.{key}": ReadBack("mcore_parallel", f"{key.removesuffix('_size')} group size "
+                                                                      "in megatron.core.parallel_state")
+                  for key in (*_MEGATRON_SIZES, "expert_tensor_parallel_size")},
+               "actor.megatron.sequence_parallel": ReadBack("mcore_sequence_parallel",
+                                                            "sequence_parallel of every model chunk's "
+                                                            "TransformerConfig", dropped_in=SEQUENCE_PARALLEL_DROP),
+               "actor.megatron.dtype": ReadBack("mcore_dtype", "dtype of every model parameter and the "
+                                                               "TransformerConfig's params_dtype"),
+               "actor.megatron.use_distributed_optimizer": ReadBack(
+                   "mcore_distributed_optimizer", "the optimizer class verl built and the DDP config of every chunk"),
+               "actor.megatron.override_transformer_config.*": ReadBack(
+                   "mcore_transformer", "the field of every model chunk's TransformerConfig"),
+               "actor.megatron.override_ddp_config.*": ReadBack("mcore_ddp",
+                                                                "the field of every chunk's DDP config"),
+               "actor.megatron.vanilla_mbridge": ReadBack("mcore_bridge", "the bridge module verl built with"),
+               "actor.megatron.use_remove_padding": ReadBack(
+                   "packed_path", "the input shape the model's forward received",
+                   dropped_in="verl/workers/engine_workers.py (the worker sets it from model.use_remove_padding)"),
+               "model.enable_gradient_checkpointing": ReadBack(
+                   "mcore_recompute", "activation recompute of the built TransformerConfig (recompute_granularity)",
+                   dropped_in="verl/workers/engine/megatron/transformer_impl.py (never read: Megatron recompute "
+                              "comes from override_transformer_config.recompute_*)")},
+    refused={**COMMON_REFUSED,
+             "actor.megatron.forward_only": Refused(False, "a forward-only engine cannot train"),
+             "actor.megatron.use_mbridge": Refused(True, "verl's Megatron engine requires it (asserted in its "
+                                                         "constructor)"),
+             "actor.megatron.param_offload": Refused(False, "on a CPU-only box offloading to the CPU moves nothing, "
+                                                            "so nothing could show whether verl applied it"),
+             "actor.megatron.optimizer_offload": Refused(False, "on a CPU-only box offloading to the CPU moves "
+                                                                "nothing, so nothing could show whether verl applied "
+                                                                "it"),
+             "actor.megatron.use_dist_checkpointing": Refused(False, "the engine loads the scenario's HF checkpoint"),
+             "actor.megatron.dynamic_context_parallel": Refused(False, "not read back here (needs packed batches "
+                                                                       "and Megatron's dynamic CP groups)"),
+             "actor.optim.use_precision_aware_optimizer": Refused(False, "needs Transformer Engine's FusedAdam"),
+             "actor.optim.weight_decay": Refused(0.0, "Megatron's optimizer exempts biases and norm weights from "
+                                                      "weight decay (get_megatron_optimizer's default), the reference "
+                                                      "decays every parameter")},
+    verl_none={"actor.megatron.virtual_pipeline_model_parallel_size": 1},
+)

@@ -52,3 +52,64 @@ def errors(scenario: Any, config_name: str, keys: EngineKeys) -> list[tuple[str,
                                                "the harness has no read-back that shows verl applied it "
                                                "(docs/verl.md lists the keys it reads back)"))
     return problems
+
+
+# ---- verl's Megatron engine (and its MindSpeed subclass) -------------------------------------------------------
+_ETP = "actor.megatron.expert_tensor_parallel_size"
+
+
+def prepare_megatron(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The Megatron key table; the expert TP size, whose None verl reads as 'the same as tp', follows the layout's
+    (layout.etp with ep > 1, tp otherwise: engines/megatron/rules.py expert_tensor_parallel)."""
+    out, problems = verl_keys.prepare(raw, verl_keys.MEGATRON)
+    if problems:
+        return out, problems
+    flat, layout = out[BLOCK], out.get("layout") or {}
+    tp, ep, etp = (int(layout.get(k, 1)) for k in ("tp", "ep", "etp"))
+    wanted = etp if ep > 1 else tp
+    given = flat.get(_ETP)
+    if given is None:
+        flat[_ETP] = wanted if ep > 1 else None
+    elif int(given) != wanted:
+        problems.append((f"{BLOCK}.{_ETP}", f"{given!r} disagrees with the scenario's layout (expert TP "
+                                            f"{wanted}: layout.etp with ep > 1, tp otherwise): give it once"))
+    return out, problems
+
+
+def megatron_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
+    flat: dict[str, Any] = scenario.actor_rollout_ref
+    problems = errors(scenario, "ppo_megatron_trainer", verl_keys.MEGATRON)
+    ddp = {key.rsplit(".", 1)[1]: value for key, value in flat.items()
+           if key.startswith("actor.megatron.override_ddp_config.")}
+    if "bucket_size" in ddp and not ddp.get("overlap_grad_reduce", False):
+        # megatron/core/distributed/distributed_data_parallel.py sets it to None without overlap: nothing to read
+        problems.append((f"{BLOCK}.actor.megatron.override_ddp_config.bucket_size",
+                         "Megatron's DDP discards bucket_size unless overlap_grad_reduce is on, so no read-back "
+                         "could tell whether verl applied it: give override_ddp_config.overlap_grad_reduce: true"))
+    if scenario.strategy != "verl_mindspeed" and scenario.device == "cpu" and scenario.layout.cp > 1:
+        problems.append(("layout.cp", "verl_megatron on CPU builds Megatron's local spec, whose core attention "
+                                      "refuses context parallelism (the emulated NPU lane runs verl_mindspeed's CP "
+                                      "through MindSpeed's attention)"))
+    if not flat.get("actor.megatron.vanilla_mbridge", False) and not _has_megatron_bridge():
+        problems.append((f"{BLOCK}.actor.megatron.vanilla_mbridge",
+                         "verl's default model bridge (Megatron-Bridge, megatron.bridge) is not installed here: "
+                         "give vanilla_mbridge: true to build through mbridge"))
+    return problems
+
+
+def _has_megatron_bridge() -> bool:
+    """Whether megatron.bridge is installed, found without importing `megatron` (MindSpeed must patch Megatron
+    before anything imports it)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("megatron")
+    return spec is not None and any((Path(where) / "bridge" / "__init__.py").is_file()
+                                    for where in spec.submodule_search_locations or ())
+
+
+def mindspeed_environment_problem() -> str | None:
+    """verl's version, then the MindSpeed tree's pairing with the installed megatron-core."""
+    from parity.engines.mindspeed_env import megatron_pairing_problem
+
+    return source.problem() or megatron_pairing_problem()

@@ -41,6 +41,12 @@ TINY_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "tiny-mixtral": ("MixtralConfig", {"rope_theta": 1e6 + 0.5, "num_local_experts": 4, "num_experts_per_tok": 2}),
 }
 
+#: tiny-qwen3's weights saved in bf16, as released checkpoints are, so that a bf16 engine's params hold the checkpoint
+#: exactly. An engine that starts its fp32 master weights from its bf16 params (verl's Megatron engine: mbridge loads
+#: the HF tensors into the bf16 params, Megatron's optimizer copies its masters from them) starts, from an fp32
+#: checkpoint, at the rounded weights, where the hf_master_weights baseline starts at the checkpoint (docs/verl.md)
+TINY_MODELS["tiny-qwen3-bf16"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"][1], "checkpoint_dtype": "bfloat16"})
+
 SEED_FOR_WEIGHTS = 20261130
 
 
@@ -140,10 +146,11 @@ def _build_tiny(name: str, target: Path) -> None:
     cfg = tiny_config_dict(name)
     config_cls = getattr(transformers, cfg.pop("config_class"))
     rope_theta = cfg.pop("rope_theta")
+    checkpoint_dtype = getattr(torch, cfg.pop("checkpoint_dtype", "float32"))
     config = config_cls(**cfg)
     set_rope_theta(config, rope_theta)
     torch.manual_seed(SEED_FOR_WEIGHTS)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(checkpoint_dtype)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
     shutil.rmtree(target, ignore_errors=True)

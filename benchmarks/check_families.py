@@ -12,10 +12,12 @@ from parity.reports import results as results_file
 
 _LAYER = re.compile(r"^layer \d+ \S+ grad norm")
 _TOP_GROUP = re.compile(r"^(embed_tokens|norm|lm_head) grad norm")
+_LOAD = re.compile(r"^layer \d+ \S+ expert load")
 
 
 def family(metric: str) -> str:
     metric = _LAYER.sub("group grad norm", metric)
+    metric = _LOAD.sub("expert load", metric)
     return _TOP_GROUP.sub("group grad norm", metric)
 
 

@@ -40,4 +40,8 @@ uv pip install --python "$venv/bin/python" "${uv_compile[@]}" torch==2.13.0 "${t
 # then the rest, pinned like everything else; the torch just installed satisfies the constraints' torch==2.13.0
 # (2.13.0+cpu: PEP 440 ignores the local label), so uv leaves it alone
 uv pip install --python "$venv/bin/python" "${uv_compile[@]}" "${targets[@]}" -c "$constraints"
-python -c 'import sys, torch; print("torch", torch.__version__, "installed in", sys.prefix)'
+# what this lane tests, by version (the verl lane's transformers differs from the default lane's)
+python -c 'import importlib.metadata as m, sys
+have = [f"{d} {m.version(d)}" for d in ("torch", "transformers", "megatron-core", "verl")
+        if d in {x.metadata["Name"] for x in m.distributions()}]
+print(", ".join(have), "installed in", sys.prefix)'

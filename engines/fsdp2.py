@@ -15,13 +15,14 @@ import torch
 import torch.distributed as dist
 
 from parity.engines import tensor_parallel, ulysses
+from parity.engines.feeds import Feed, packed_feed, padded_feed
 from parity.engines.hf_common import load_hf_model, make_optimizer
 from parity.engines.specs import FSDP2
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.optim_state import torch_optimizer_steps
-from parity.harness.contract.workload import Batch
+from parity.harness.contract.workload import Batch, per_position
 
 
 class FSDP2Engine(Engine):
@@ -36,6 +37,7 @@ class FSDP2Engine(Engine):
         self.dp = self.ctx.world_size // (self.sp * self.tp)
         self.dp_rank, inner = divmod(self.ctx.rank, self.sp * self.tp)
         self.sp_rank = inner if self.sp > 1 else 0
+        self.tp_rank = inner if self.tp > 1 else 0
         if self.sp > 1:
             ulysses.register()
             groups = [dist.new_group(list(range(d * self.sp, (d + 1) * self.sp))) for d in range(self.dp)]
@@ -81,51 +83,46 @@ class FSDP2Engine(Engine):
         group = self.model.model.layers[0]._get_fsdp_state()._fsdp_param_group
         return DTYPE_NAMES[group.mp_policy.param_dtype or torch.float32]
 
-    # ---- sharding of the global batch -------------------------------------------------------------
-    def _local(self, batch: Batch) -> tuple[Batch, slice]:
+    # ---- feeding the global batch -----------------------------------------------------------------
+    def _feed(self, batch: Batch) -> Feed:
+        """This rank's model input: its dp rows, padded (its sequence slice under Ulysses) or packed."""
         rows = batch.input_ids.shape[0] // self.dp
-        local = batch.rows(slice(self.dp_rank * rows, (self.dp_rank + 1) * rows))
-        seq = batch.input_ids.shape[1] // self.sp
-        return local, slice(self.sp_rank * seq, (self.sp_rank + 1) * seq)
+        mine = torch.arange(self.dp_rank * rows, (self.dp_rank + 1) * rows)
+        if self.ctx.scenario.workload.packed:
+            return packed_feed(batch, mine, self.sp, self.sp_rank, self.ctx.faults)
+        return padded_feed(batch, mine, self.sp, self.sp_rank)
 
-    def _per_position(self, batch: Batch, values: torch.Tensor) -> torch.Tensor:
-        """[B, R] response-aligned values -> [B, S] aligned with the logits that score them."""
-        out = torch.zeros(batch.input_ids.shape, dtype=values.dtype)
-        out[:, batch.prompt_len - 1:-1] = values
-        return out
-
-    def _score_local(self, local: Batch, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+    def _score_local(self, feed: Feed) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs/entropy for this rank's positions (position i scores token i+1)."""
         device = self.ctx.device
         if self.sp > 1:
-            ulysses.STATE.key_padding = local.attention_mask.bool()
-        logits = self.model(input_ids=local.input_ids[:, cols].to(device),
-                            attention_mask=local.attention_mask.to(device) if self.sp == 1 else None,
-                            position_ids=local.position_ids[:, cols].to(device)).logits
-        labels = torch.cat([local.input_ids[:, 1:], torch.zeros_like(local.input_ids[:, :1])], dim=1)
-        return logprobs_and_entropy(logits, labels[:, cols].to(device))
+            ulysses.STATE.key_padding = feed.key_padding
+            ulysses.STATE.positions = feed.stream_positions
+        mask = feed.attention_mask.to(device) if feed.attention_mask is not None and self.sp == 1 else None
+        logits = self.model(input_ids=feed.tokens.to(device), attention_mask=mask,
+                            position_ids=feed.positions.to(device)).logits
+        return logprobs_and_entropy(logits, feed.labels.to(device))
 
     @torch.no_grad()
     def forward(self, batch: Batch) -> TokenOutputs | None:
         self.model.eval()
-        local, cols = self._local(batch)
-        logprobs, entropy = self._score_local(local, cols)
-        pieces = [self._gather(t) for t in (logprobs, entropy)]
+        feed = self._feed(batch)
+        logprobs, entropy = self._score_local(feed)
+        whole = [self._assemble(batch, feed, t) for t in (logprobs, entropy)]
         if self.ctx.rank != 0:
             return None
-        full_lp, full_ent = (self._assemble(p)[:, batch.prompt_len - 1:-1] for p in pieces)
+        full_lp, full_ent = (t[:, batch.prompt_len - 1:-1] for t in whole)
         return TokenOutputs(logprobs=full_lp, entropy=full_ent)
 
-    def _gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        """Every rank's piece in world order; TP peers hold the same result, so tp rank 0's is kept."""
-        parts = [torch.empty_like(tensor) for _ in range(self.ctx.world_size)]
-        dist.all_gather(parts, tensor.contiguous())
-        return [p.float().cpu() for p in parts][::self.tp]
-
-    def _assemble(self, parts: list[torch.Tensor]) -> torch.Tensor:
-        """World-ordered (dp-major, sp-minor) pieces -> [B, S]."""
-        rows = [torch.cat(parts[d * self.sp:(d + 1) * self.sp], dim=1) for d in range(self.dp)]
-        return torch.cat(rows, dim=0)
+    def _assemble(self, batch: Batch, feed: Feed, values: torch.Tensor) -> torch.Tensor:
+        """Whole [B, S] values on every rank: each (row, column) is scored by exactly one rank of the dp x inner
+        grid (TP peers hold copies: tp rank 0 writes), so a SUM all-reduce of zero-filled tensors is exact."""
+        full = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+        if self.tp_rank == 0:
+            full[feed.row[feed.real], feed.col[feed.real]] = values.detach().float().cpu()[feed.real]
+        full = full.to(self.ctx.device)
+        dist.all_reduce(full)
+        return full.cpu()
 
     def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput | None:
         self.model.train()
@@ -152,14 +149,23 @@ class FSDP2Engine(Engine):
     def optimizer_steps(self) -> int | None:
         return torch_optimizer_steps(self.optimizer)
 
+    def run_provenance(self) -> dict[str, Any]:
+        """How the batch reached the model: padded rows with their mask, or one packed stream whose sequences the
+        attention finds from the position ids; the attention implementation transformers ran."""
+        packed = self.ctx.scenario.workload.packed
+        config = getattr(self.model, "config", None) or getattr(getattr(self.model, "model", None), "config", None)
+        return {"data_path": {
+            "packing": self.ctx.scenario.workload.packing,
+            "attention": getattr(config, "_attn_implementation", None),
+            "attention_mask": "none: sequences from restarting position ids" if packed
+            else "[b, s] padding mask" if self.sp == 1 else "[b, s] padding mask of the whole rows (Ulysses)"}}
+
     def _local_loss(self, batch: Batch, old_logprobs: torch.Tensor) -> torch.Tensor:
-        """This rank's share of the token-mean loss over its rows and sequence slice."""
-        local, cols = self._local(batch)
-        rows = slice(self.dp_rank * local.input_ids.shape[0], (self.dp_rank + 1) * local.input_ids.shape[0])
-        mask = self._per_position(local, local.response_mask.float())[:, cols]
-        old = self._per_position(local, old_logprobs[rows].float())[:, cols]
-        adv = self._per_position(local, local.advantages.float())[:, cols]
-        logprobs, entropy = self._score_local(local, cols)
+        """This rank's share of the token-mean loss over its rows and sequence slice (or packed tokens)."""
+        feed = self._feed(batch)
+        mask, old, adv = (feed.take(per_position(batch, values.float())) for values in
+                          (batch.response_mask, old_logprobs.cpu(), batch.advantages))
+        logprobs, entropy = self._score_local(feed)
         device = self.ctx.device
         normalizer = self.ctx.faults.normalizer(float(batch.response_mask.sum()), float(mask.sum()))
         return masked_loss_sum(self.ctx.scenario.workload, logprobs, entropy, old.to(device), adv.to(device),

@@ -19,6 +19,19 @@ OPS = ("npu_fusion_attention", "npu_fusion_attention_grad", "npu_rms_norm", "npu
        "npu_moe_token_permute_with_routing_map", "npu_moe_token_unpermute_with_routing_map")
 
 
+#: the flash-attention ops, counted per variant as well: which input_layout and sparse_mode ran (TND with the
+#: compressed causal mask is the packed path, sparse_mode 1 with a full mask the padded one)
+ATTENTION_OPS = ("npu_fusion_attention", "npu_fusion_attention_grad")
+
+
+def attention_variant(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """`npu_fusion_attention[TND, sparse_mode=2]`: input_layout is the 5th positional argument of both ops (the
+    6th of the grad op, after dy), sparse_mode a keyword (default 0), as the emulation names them too."""
+    position = 5 if name.endswith("_grad") else 4
+    layout = args[position] if len(args) > position else kwargs.get("input_layout")
+    return f"{name}[{layout}, sparse_mode={int(kwargs.get('sparse_mode', 0))}]"
+
+
 class FusedOpCounter:
     """One per process: `install()` before MindSpeed imports, `reset()` at setup, `counts()` at the end."""
 
@@ -47,6 +60,8 @@ class FusedOpCounter:
         @functools.wraps(fn)
         def counted(*args: Any, **kwargs: Any) -> Any:
             self._counts[name] += 1
+            if name in ATTENTION_OPS:
+                self._counts[attention_variant(name, args, kwargs)] += 1
             return fn(*args, **kwargs)
 
         return counted

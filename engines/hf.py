@@ -14,7 +14,15 @@ from typing import Any
 
 import torch
 
-from parity.engines.hf_common import autocast, load_hf_model, make_optimizer, model_inputs, response_logits
+from parity.engines.feeds import packed_feed, unpack
+from parity.engines.hf_common import (
+    RouterLoads,
+    autocast,
+    load_hf_model,
+    make_optimizer,
+    model_inputs,
+    response_logits,
+)
 from parity.engines.specs import HF
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
@@ -42,6 +50,7 @@ class HFEngine(Engine):
             self.masters = [p.detach().clone().requires_grad_(True) for p in self.model.parameters()]
             self.model.to(self.ctx.dtype)
         self.optimizer = make_optimizer(self.masters or self.model.parameters(), self.ctx.scenario.workload)
+        self.loads = RouterLoads(self.model)
 
     def applied_kwargs(self) -> dict[str, Any]:
         given = self.ctx.scenario.engine_kwargs
@@ -52,7 +61,18 @@ class HFEngine(Engine):
         return DTYPE_NAMES.get(getattr(self, "computed_dtype", None))
 
     def _score(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        with autocast(self.ctx) if self.masters is None else torch.autocast(self.ctx.device.type, enabled=False):
+        """[B, R] log-probs and entropy of the response tokens, fed padded or packed (one [1, T] stream)."""
+        precision = autocast(self.ctx) if self.masters is None else torch.autocast(self.ctx.device.type,
+                                                                                    enabled=False)
+        if self.ctx.scenario.workload.packed:
+            feed = packed_feed(batch, torch.arange(batch.input_ids.shape[0]), faults=self.ctx.faults)
+            with precision:
+                logits = self.model(input_ids=feed.tokens.to(self.ctx.device),
+                                    position_ids=feed.positions.to(self.ctx.device)).logits
+            self.computed_dtype = logits.dtype
+            scores = logprobs_and_entropy(logits[0], feed.labels[0].to(self.ctx.device))
+            return tuple(unpack(batch, feed, values)[:, batch.prompt_len - 1:-1] for values in scores)
+        with precision:
             logits = self.model(**model_inputs(batch, self.ctx.device)).logits
         self.computed_dtype = logits.dtype
         labels = batch.response_labels().to(self.ctx.device)
@@ -68,12 +88,16 @@ class HFEngine(Engine):
         self.model.train()
         self.model.zero_grad(set_to_none=True)
         self.optimizer.zero_grad(set_to_none=True)
-        logprobs, entropy = self._score(batch)
+        # packed, every fed token is one of the batch's real ones
+        real = torch.ones(int(batch.attention_mask.sum())) if self.ctx.scenario.workload.packed \
+            else batch.attention_mask
+        with self.loads.counting(real):
+            logprobs, entropy = self._score(batch)
         mask = batch.response_mask.to(self.ctx.device)
         tokens = float(mask.sum())
         loss = masked_loss_sum(self.ctx.scenario.workload, logprobs, entropy, old_logprobs.to(self.ctx.device),
                                batch.advantages.to(self.ctx.device), mask,
-                               self.ctx.faults.normalizer(tokens, tokens))
+                               self.ctx.faults.normalizer(tokens, tokens), sequences=float(mask.shape[0]))
         (loss * self.ctx.faults.loss_scale(step)).backward()
         trained = self.masters or list(self.model.parameters())
         if self.masters is not None:
@@ -91,7 +115,8 @@ class HFEngine(Engine):
             with torch.no_grad():
                 for master, param in zip(self.masters, self.model.parameters(), strict=True):
                     param.copy_(master)
-        return StepOutput(loss=float(loss), grad_norm=float(grad_norm), group_grad_norms=groups)
+        return StepOutput(loss=float(loss), grad_norm=float(grad_norm), group_grad_norms=groups,
+                          expert_load=self.loads.take())
 
     def optimizer_steps(self) -> int | None:
         return torch_optimizer_steps(self.optimizer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,3 +49,58 @@ def response_logits(logits: torch.Tensor, prompt_len: int) -> torch.Tensor:
 def model_inputs(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
     return {"input_ids": batch.input_ids.to(device), "attention_mask": batch.attention_mask.to(device),
             "position_ids": batch.position_ids.to(device)}
+
+
+_ROUTER = re.compile(r"(?:^|\.)layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate$")
+
+
+class RouterLoads:
+    """Tokens per expert per MoE layer of a transformers model, counted at its routers (`layers.i.mlp.gate`,
+    which return (logits, weights, selected experts) in transformers 5) over the tokens marked real: the load an
+    aux loss balances (transformers' own `load_balancing_loss_func` takes the attention mask for the same
+    reason). Counting is on inside `counting(real)` only."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        config = getattr(model.config, "text_config", None) or model.config
+        self.experts = int(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", 0) or 0)
+        self.top_k = int(getattr(config, "num_experts_per_tok", 0) or 0)
+        self.counts: dict[str, torch.Tensor] = {}
+        self._real: torch.Tensor | None = None
+        for name, module in model.named_modules():
+            if match := _ROUTER.search(name):
+                module.register_forward_hook(self._hook(f"layers.{match.group(1)}.mlp"))
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    def _hook(self, layer: str) -> Any:
+        def count(module: torch.nn.Module, args: Any, output: Any) -> None:
+            if self._real is None:
+                return
+            if isinstance(output, tuple):
+                selected = output[-1]
+            else:  # a router that returns logits only: the model's softmax top-k
+                selected = torch.topk(torch.softmax(output.float(), dim=-1), self.top_k, dim=-1).indices
+            chosen = selected[self._real.to(selected.device)]
+            counts = torch.bincount(chosen.reshape(-1), minlength=self.experts).double().cpu()
+            self.counts[layer] = self.counts.get(layer, torch.zeros(self.experts, dtype=torch.float64)) + counts
+
+        return count
+
+    @contextlib.contextmanager
+    def counting(self, real: torch.Tensor) -> Any:
+        """Count the routers' choices for the tokens where `real` (flattened in the model's token order) holds."""
+        self._real = real.reshape(-1).bool()
+        try:
+            yield
+        finally:
+            self._real = None
+
+    def take(self) -> dict[str, list[float]] | None:
+        """The counts so far, reset; None for a dense model."""
+        if not self.moe:
+            return None
+        loads = {layer: counts.tolist() for layer, counts in sorted(self.counts.items())}
+        self.counts = {}
+        return loads

@@ -8,9 +8,12 @@ CPU) and `applied_kwargs()` reads every one back from the config object MindSpee
 when `fsdp_kwargs` never reached its engine.
 
 What MindSpeed's engine leaves to its caller, done here: the Ulysses attention exchange (engines/ulysses.py
-over MindSpeed's 'ulysses' group), summing gradients over that group, averaging the gradients of the modules
-FSDP ignores (TP modules when fsdp > 1) over the fsdp group, summing per-head norm gradients (Qwen3 q_norm /
-k_norm) over tp, and a grad norm across DTensors on different meshes.
+over MindSpeed's 'ulysses' group), summing gradients over that group, averaging over the fsdp group the gradients
+of exactly the modules MindSpeed's own config leaves out of FSDP (`fsdp_plan.ignored_modules` after its
+validation, which adds the TP modules when fsdp > 1; not the experts it hands to its expert FSDP), summing
+per-head norm gradients (Qwen3 q_norm / k_norm) over tp, and a grad norm across DTensors on different meshes.
+Nothing else is reduced: a module MindSpeed should have wrapped and did not, or wrapped on another mesh, keeps the
+gradient MindSpeed left it, and the numbers show it (docs/engines.md, "What harness code may do around an engine").
 Batch sharding and scoring are the fsdp2 engine's (rows over fsdp, sequence over ulysses).
 """
 
@@ -25,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from parity.engines import tensor_parallel, ulysses
+from parity.engines.feeds import Feed
 from parity.engines.fsdp2 import FSDP2Engine
 from parity.engines.fused_ops import COUNTER
 from parity.engines.hf_common import load_hf_model, make_optimizer
@@ -32,7 +36,6 @@ from parity.engines.mindspeed_env import find_mindspeed
 from parity.engines.specs import MINDSPEED_FSDP
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES
 from parity.harness.contract.schema import Scenario
-from parity.harness.contract.workload import Batch
 
 #: module-name patterns (MindSpeed's `{*}` syntax) for the transformers decoder layout
 LAYERS = "model.layers.{*}"
@@ -169,8 +172,6 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         MINDSPEED_FSDP.require()
         COUNTER.install()
         COUNTER.reset()
-        from mindspeed.fsdp.mindspeed_parallel_engine import MindSpeedParallelEngine
-
         self.plan = plan_fsdp(self.ctx.scenario)
         self.ms_config = build_config(self.plan)
         lay = self.ctx.scenario.layout
@@ -183,16 +184,24 @@ class MindSpeedFSDPEngine(FSDP2Engine):
                              f"{kv_heads} KV heads (Ulysses splits the heads TP left on each rank)")
         if lay.ep > 1:
             _prepare_experts(model, lay.ep)
-        self.model = MindSpeedParallelEngine(self.ms_config, model)
+        self.model = self.wrap(model)
         self.state = self.model.parallel_state
         self.dp, self.sp, self.tp = lay.dp, lay.ulysses, lay.tp
         self.dp_rank, self.sp_rank = self.state.get_rank("fsdp"), self.state.get_rank("ulysses")
+        self.tp_rank = self.state.get_rank("tp")
         if self.sp > 1:
             ulysses.STATE.group = self.state.get_group("ulysses")
         self.compute = _compute_context(self.plan, self.ctx.device.type)
         self.tp_partial = {id(p) for p in tensor_parallel.partial_grad_params(self.model)}
+        self.left_out = left_out_of_fsdp(model, self.ms_config)
         self.optimizer = make_optimizer(self.model.parameters(), self.ctx.scenario.workload)
         self.model.apply_optimizer_hook(self.optimizer)
+
+    def wrap(self, model: torch.nn.Module) -> Any:
+        """MindSpeed's parallel engine around the transformers model (TP, EP, recompute, FSDP by its plan)."""
+        from mindspeed.fsdp.mindspeed_parallel_engine import MindSpeedParallelEngine
+
+        return MindSpeedParallelEngine(self.ms_config, model)
 
     def applied_kwargs(self) -> dict[str, Any]:
         """Read back from what MindSpeed built, never from what was asked for: the FSDP2 state of the decoder
@@ -213,7 +222,9 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         """Which MindSpeed ran, the FSDP state of its wrapped layers, the param_dtype of every module it wrapped,
         and the fused ops called on this rank."""
         source = find_mindspeed()
-        return {"mindspeed": {**(source.as_dict() if source else {}), "fsdp_layers": fsdp_layer_state(self.model),
+        return {**super().run_provenance(),
+                "mindspeed": {**(source.as_dict() if source else {}), "fsdp_layers": fsdp_layer_state(self.model),
+                              "fsdp_meshes": fsdp_meshes(self.model),
                               "fsdp_param_dtypes": fsdp_param_dtypes(self.model),
                               "fused_ops": COUNTER.counts(),
                               "fused_ops_source": "emulated torch_npu" if COUNTER.emulated else "torch_npu"}}
@@ -224,9 +235,9 @@ class MindSpeedFSDPEngine(FSDP2Engine):
 
         Singleton._instances.pop(ParallelState, None)
 
-    def _score_local(self, local: Batch, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+    def _score_local(self, feed: Feed) -> tuple[torch.Tensor, torch.Tensor]:
         with self.compute:
-            return super()._score_local(local, cols)
+            return super()._score_local(feed)
 
     def grad_average_ranks(self) -> int:
         """FSDP (and MindSpeed's expert FSDP, divide factor ep*efsdp = dp) average over dp."""
@@ -241,13 +252,13 @@ class MindSpeedFSDPEngine(FSDP2Engine):
 
     @torch.no_grad()
     def _reduce_grads_fsdp_left_out(self) -> None:
-        """Sum over the ulysses group (FSDP's mesh is 'fsdp' alone); average what FSDP does not manage over
-        fsdp; sum the TP-partial gradients over tp."""
+        """Sum over the ulysses group (FSDP's mesh is 'fsdp' alone); average over fsdp what MindSpeed's config
+        leaves out of FSDP (`left_out_of_fsdp`), and nothing else; sum the TP-partial gradients over tp."""
         for param in self.model.parameters():
             if param.grad is None:
                 continue
             local = tensor_parallel.local(param.grad)
-            if self.dp > 1 and not _fsdp_managed(param):
+            if self.dp > 1 and id(param) in self.left_out:
                 dist.all_reduce(local, group=self.state.get_group("fsdp"))
                 local.div_(self.dp)
             if self.sp > 1:
@@ -318,18 +329,44 @@ def compute_dtype(by_module: dict[str, str | None], default: str | None) -> str 
 
 
 def _compute_context(plan: FSDPEnginePlan, device_type: str) -> contextlib.AbstractContextManager[Any]:
-    """MindSpeed keeps TP modules out of FSDP when fsdp > 1, so FSDP's param_dtype never casts them: their
-    matmuls run under autocast at that dtype (else fp32 weights meet bf16 activations and the matmul fails)."""
-    cfg = plan.config
-    dtype = TORCH_DTYPES[cfg["fsdp_plan"]["param_dtype"]]
-    if dtype == torch.float32 or cfg["fully_shard_parallel_size"] == 1 or cfg["tensor_parallel_size"] == 1:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type, dtype=dtype)
+    """The caller's recipe, as verl's FSDP engine runs every forward: under autocast at the mixed-precision
+    param_dtype whenever it is not fp32 (verl/workers/engine/fsdp/transformer_impl.py `forward_step`), whatever the
+    layout. (Applied only where MindSpeed keeps TP modules out of FSDP — fsdp > 1 with tp > 1, whose fp32 weights
+    otherwise meet bf16 activations — it was a repair shaped around one MindSpeed behaviour.)"""
+    dtype = TORCH_DTYPES[plan.config["fsdp_plan"]["param_dtype"]]
+    return contextlib.nullcontext() if dtype == torch.float32 else torch.autocast(device_type, dtype=dtype)
 
 
-def _fsdp_managed(param: torch.Tensor) -> bool:
-    mesh = getattr(param, "device_mesh", None)
-    return mesh is not None and bool({"fsdp", "efsdp"} & set(mesh.mesh_dim_names or ()))
+def left_out_of_fsdp(model: torch.nn.Module, config: Any) -> set[int]:
+    """ids of the parameters MindSpeed's own config leaves out of FSDP: modules matching `fsdp_plan.ignored_modules`
+    (which MindSpeed's validate_fsdp_config extends with the TP plan's modules when fsdp > 1 and with the EP plan's
+    when ep > 1: mindspeed/fsdp/parallel_engine_config.py), less the experts its expert FSDP shards on 'efsdp'
+    (`ep_plan.apply_efsdp_modules`), matched as MindSpeed matches them (mindspeed/fsdp/utils/str_match.py)."""
+    from mindspeed.fsdp.utils.str_match import module_name_match
+
+    ignored = list(config.fsdp_plan.ignored_modules or [])
+    expert_sharded = list(config.ep_plan.apply_efsdp_modules or []) if config.expert_parallel_size > 1 else []
+    left: set[int] = set()
+    for name, module in model.named_modules():
+        if any(module_name_match(p, name) for p in ignored) and not any(
+                module_name_match(p, name) for p in expert_sharded):
+            left.update(id(p) for p in module.parameters())
+    return left
+
+
+def fsdp_meshes(model: torch.nn.Module) -> dict[str, str]:
+    """Each module MindSpeed `fully_shard`-ed -> the mesh its parameters live on, 'name(size)' per dimension (the
+    decoder layers and the root on 'fsdp', experts on 'efsdp'): read back from the FSDP state, never from the
+    plan."""
+    from torch.distributed.fsdp import FSDPModule
+
+    out = {}
+    for name, module in model.named_modules():
+        if isinstance(module, FSDPModule) and (group := module._get_fsdp_state()._fsdp_param_group) is not None:
+            mesh = group.mesh_info.mesh
+            out[name or "<root>"] = " x ".join(f"{dim}({mesh.size(i)})"
+                                                for i, dim in enumerate(mesh.mesh_dim_names or ("?",)))
+    return out
 
 
 def _prepare_experts(model: torch.nn.Module, ep: int) -> None:

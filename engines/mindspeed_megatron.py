@@ -4,8 +4,14 @@ MindSpeed patches Megatron feature by feature and decides WHICH patches to insta
 namespace (`mindspeed.args_utils.get_full_args()`), parsed from sys.argv when `mindspeed.megatron_adaptor` is
 first imported. A harness passes no such argv, so MindSpeed sees context_parallel_size=1, never wraps
 `parallel_state.initialize_model_parallel` with its CP group set-up, and CP silently stays 1 (verl PR #5697).
-So `prepare_megatron()` — which the Megatron engine calls BEFORE `initialize_model_parallel` — writes the
-scenario's layout into MindSpeed's args with `mindspeed.megatron_adaptor.repatch(...)`, then reads them back.
+So `prepare_megatron()` — which the Megatron engine calls BEFORE `initialize_model_parallel` — calls
+`mindspeed.megatron_adaptor.repatch(...)` with what verl's MindSpeed engine passes and nothing more
+(verl/workers/engine/mindspeed/transformer_impl.py `_mindspeed_repatch`: its override config — here the MindSpeed
+keys of mcore_kwargs —, `use_flash_attn` defaulting to True, and the CP size when cp > 1), then reads it back. The
+rest of the layout reaches Megatron through the TransformerConfig the engine builds, whose arguments MindSpeed's
+patched `__init__` puts above its own args (mindspeed/core/megatron_basic/arguments_basic.py). The one thing the
+harness adds is its padded data path's need: left-padded rows carry a full mask, which takes MindSpeed's 'general'
+mask type; packed rows keep MindSpeed's default 'causal' (TND with the compressed causal mask).
 
 mcore_kwargs are routed by who reads them: keys MindSpeed's parser registers (plus the Megatron-LM training
 flags it reads, like use_flash_attn) go to its args — its patched `TransformerConfig.__init__` copies every one
@@ -23,15 +29,12 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
-import json
 import sys
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from parity.engines.fused_ops import COUNTER
-from parity.engines.megatron.rules import expert_tensor_parallel
 from parity.engines.mindspeed_env import find_mindspeed, megatron_pairing_problem
 from parity.engines.specs import MINDSPEED_MEGATRON
 from parity.harness.contract.engine import Engine, EngineContext
@@ -44,34 +47,43 @@ from parity.harness.contract.spec import module_present
 #: (mindspeed/core/context_parallel/get_batch_utils.py); kvallgather_cp_algo takes causal masks only (MindSpeed
 #: refuses it with 'general' in its own validation).
 CP_ALGORITHMS: tuple[str, ...] = ("megatron_cp_algo", "kvallgather_cp_algo")
+#: ... and for packed (TND) rows: MindSpeed's ring-causal attention over each sequence's 2·cp chunks, fed by its own
+#: per-sequence split (`_get_batch_on_this_cp_rank_in_megatron_cp_eod_padding`); kvallgather's TND path splits
+#: each sequence into cp contiguous parts instead (`_get_batch_on_this_cp_rank_in_ulysses_cp`)
+PACKED_CP_ALGORITHMS: tuple[str, ...] = ("megatron_cp_algo",)
+#: MindSpeed's default `--context-parallel-algo` (mindspeed/features_manager/context_parallel/
+#: context_parallel_feature.py): what runs when neither verl nor mcore_kwargs name one
+MINDSPEED_CP_ALGO_DEFAULT = "megatron_cp_algo"
 
 #: the core attention MindSpeed patches in place of Megatron's (TE)DotProductAttention for cp > 1, per algorithm
 #: (mindspeed/features_manager/context_parallel/context_parallel_feature.py register_patches)
 CP_ATTENTION_CLASSES: dict[str, str] = {"megatron_cp_algo": "MindSpeedCPDotProductAttention",
                                         "kvallgather_cp_algo": "TEDotProductAttention"}
 
-#: defaults this engine sets in MindSpeed's args unless mcore_kwargs say otherwise. verl turns flash attention
-#: on for every MindSpeed run; MindSpeed's CP validation forces it on anyway. attention_mask_type 'general': the
-#: engine passes its [b, 1, s, s] causal + left-padding mask, and MindSpeed's flash attention maps 'general' to
-#: sparse_mode 1 (the given full mask) and 'causal' to sparse_mode 2, which requires the compressed 2048x2048
-#: causal mask instead (mindspeed/te/pytorch/attention/dot_product_attention/backend.py get_fa_config): a padding
-#: mask with sparse_mode 2 breaks npu_fusion_attention's contract (docs/ascend.md, "The emulated lane").
-MINDSPEED_DEFAULTS: dict[str, Any] = {
-    "use_flash_attn": True,
-    "context_parallel_algo": "megatron_cp_algo",
-    "attention_mask_type": "general",
-}
+#: what verl's `_mindspeed_repatch` passes to MindSpeed whatever the override config says: flash attention on
+#: (`repatch_config.setdefault("use_flash_attn", True)`; MindSpeed's CP validation forces it on anyway)
+VERL_REPATCH_DEFAULTS: dict[str, Any] = {"use_flash_attn": True}
 
-#: further defaults for a mixture-of-experts model. Grouped-GEMM experts, as verl configures every MoE model
-#: (verl/models/mcore/config_converter.py, moe_grouped_gemm=True) and as Ascend runs them: under the TE spec
-#: Megatron then builds TEGroupedMLP over MindSpeed's TE grouped-linear stand-ins, which run
-#: npu_grouped_matmul and communicate over the EXPERT tensor-parallel group
-#: (mindspeed/te/pytorch/module/grouped_linear.py TEGroupedLinear). Without it Megatron builds SequentialMLP over
-#: MindSpeed's TEColumn/RowParallelLinear stand-ins, which take the DENSE TP group for expert linears
-#: (mindspeed/te/pytorch/module/linear.py): with tp > 1 and expert TP 1 each rank's experts all-reduce their own
-#: token batches of different sizes over tp (gloo: a collective size mismatch). MindSpeed's grouped-GEMM feature
-#: reads the same flag from its args (mindspeed/features_manager/moe/gmm.py), so it goes to both.
-MINDSPEED_MOE_DEFAULTS: dict[str, Any] = {"moe_grouped_gemm": True}
+#: the mask type left-padded rows need: the engine passes its [b, 1, s, s] causal + left-padding mask, and
+#: MindSpeed's flash attention maps 'general' to sparse_mode 1 (the given full mask) and its default 'causal' to
+#: sparse_mode 2, which requires the compressed 2048x2048 causal mask instead
+#: (mindspeed/te/pytorch/attention/dot_product_attention/backend.py get_fa_config): a padding mask with sparse_mode 2
+#: breaks npu_fusion_attention's contract (docs/ascend.md, "The emulated lane"). Packed rows need no mask. With
+#: cp > 1 the engine also hands the padded rows to MindSpeed's own CP split (`mindspeed_cp_split`), which reads
+#: Megatron-LM's data flag `reset_attention_mask` (False: the rows are not packed), an arg verl never sets because
+#: it splits its batches itself.
+PADDED_MASK_TYPE: dict[str, Any] = {"attention_mask_type": "general"}
+PADDED_CP_SPLIT: dict[str, Any] = {"reset_attention_mask": False}
+
+#: TransformerConfig defaults for a mixture-of-experts model, as verl's config converter sets them for every MoE
+#: model (verl/models/mcore/config_converter.py, moe_grouped_gemm=True), not in MindSpeed's args: under the TE spec
+#: Megatron then builds TEGroupedMLP over MindSpeed's TE grouped-linear stand-ins, which run npu_grouped_matmul and
+#: communicate over the EXPERT tensor-parallel group (mindspeed/te/pytorch/module/grouped_linear.py
+#: TEGroupedLinear). Without it Megatron builds SequentialMLP over MindSpeed's TEColumn/RowParallelLinear
+#: stand-ins, which take the DENSE TP group for expert linears (mindspeed/te/pytorch/module/linear.py): with tp > 1
+#: and expert TP 1 each rank's experts all-reduce their own token batches of different sizes over tp (gloo: a
+#: collective size mismatch).
+MOE_CONFIG_DEFAULTS: dict[str, Any] = {"moe_grouped_gemm": True}
 
 
 
@@ -90,37 +102,26 @@ class MindSpeedArgsPlan:
 
 
 # ---- pure translation (runs on CPU, no mindspeed needed) --------------------------------------------------
-def layout_args(scenario: Scenario, transformer_impl: str = "local") -> dict[str, Any]:
-    """The parallel settings MindSpeed reads from its own args, from the scenario layout.
-    SP is forced off at TP=1 (as verl does); VPP=1 is None (as MindSpeed's megatron_basic validation sets it)."""
-    lay = scenario.layout
-    return {
-        "tensor_model_parallel_size": lay.tp,
-        "pipeline_model_parallel_size": lay.pp,
-        "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
-        "context_parallel_size": lay.cp,
-        "expert_model_parallel_size": lay.ep,
-        # the Megatron engine splits experts like the dense layers when ep == 1: MindSpeed must agree
-        "expert_tensor_parallel_size": expert_tensor_parallel(lay),
-        "sequence_parallel": bool(lay.sequence_parallel and lay.tp > 1),
-        # ulysses-style CP validation reads args.seq_length, which TransformerConfig does not have
-        "seq_length": scenario.workload.seq_len,
-        # Megatron-LM's data flag, which MindSpeed's CP batch split reads: the engine never packs sequences
-        "reset_attention_mask": False,
-        # MindSpeed wraps Attention.__init__ for CP only when transformer_impl is not transformer_engine
-        "transformer_impl": transformer_impl,
-        "bf16": scenario.dtype == "bf16",
-        "fp16": scenario.dtype == "fp16",
-    }
+def repatch_args(scenario: Scenario) -> dict[str, Any]:
+    """What `repatch` gets besides the MindSpeed keys of mcore_kwargs: verl's defaults, the CP size when cp > 1
+    (as verl passes it), and the mask type left-padded rows need."""
+    args = dict(VERL_REPATCH_DEFAULTS)
+    if scenario.layout.cp > 1:
+        args["context_parallel_size"] = scenario.layout.cp
+    if not scenario.workload.packed:
+        args.update(PADDED_MASK_TYPE)
+        if scenario.layout.cp > 1:
+            args.update(PADDED_CP_SPLIT)
+    return args
 
 
-def plan_mindspeed_args(scenario: Scenario, mindspeed_keys: Collection[str], megatron_keys: Collection[str],
-                        transformer_impl: str = "local", moe: bool = False) -> MindSpeedArgsPlan:
-    """Route the scenario's layout and mcore_kwargs. `mindspeed_keys`: the names MindSpeed's parser registers
-    (`vars(get_mindspeed_args(get_defaults=True))`); `megatron_keys`: TransformerConfig field names; `moe`: the
-    model has experts (MINDSPEED_MOE_DEFAULTS apply)."""
-    defaults = {**MINDSPEED_DEFAULTS, **(MINDSPEED_MOE_DEFAULTS if moe else {})}
-    mindspeed = {**defaults, **layout_args(scenario, transformer_impl)}
+def plan_mindspeed_args(scenario: Scenario, mindspeed_keys: Collection[str],
+                        megatron_keys: Collection[str]) -> MindSpeedArgsPlan:
+    """Route the scenario's mcore_kwargs. `mindspeed_keys`: the names MindSpeed's parser registers
+    (`vars(get_mindspeed_args(get_defaults=True))`, with their defaults where the values matter); `megatron_keys`:
+    TransformerConfig field names."""
+    defaults = repatch_args(scenario)
+    mindspeed = dict(defaults)
     routed: dict[str, str] = {}
     rejected: dict[str, str] = {}
     for key, value in scenario.mcore_kwargs.items():
@@ -131,11 +132,14 @@ def plan_mindspeed_args(scenario: Scenario, mindspeed_keys: Collection[str], meg
             routed[key] = "both" if key in megatron_keys else "mindspeed"
         else:
             routed[key] = "megatron"
-    algo = mindspeed["context_parallel_algo"]
-    if scenario.layout.cp > 1 and algo not in CP_ALGORITHMS:
-        raise ValueError(f"mcore_kwargs.context_parallel_algo={algo!r}: this engine feeds Megatron's load-balanced "
-                         f"CP split, which only {', '.join(CP_ALGORITHMS)} expect")
+    algo = mindspeed.get("context_parallel_algo", MINDSPEED_CP_ALGO_DEFAULT)
+    allowed = PACKED_CP_ALGORITHMS if scenario.workload.packed else CP_ALGORITHMS
+    if scenario.layout.cp > 1 and algo not in allowed:
+        feeds = "per-sequence THD split" if scenario.workload.packed else "load-balanced CP split"
+        raise ValueError(f"mcore_kwargs.context_parallel_algo={algo!r}: this engine feeds MindSpeed's {feeds}, "
+                         f"which only {', '.join(allowed)} expect{'s' * (len(allowed) == 1)}")
     return MindSpeedArgsPlan(mindspeed_args=mindspeed, routed=routed, rejected=rejected)
+
 
 
 # ---- the engine ---------------------------------------------------------------------------------------------
@@ -176,6 +180,64 @@ def mindspeed_cp_split(batch: dict[str, Any]) -> dict[str, Any]:
     return {**sliced, "attention_mask": [block.contiguous() for block in rows.chunk(cp, dim=-1)]}
 
 
+def mindspeed_thd_split(whole: dict[str, Any], cu_seqlens_padded: Any) -> dict[str, Any]:
+    """A packed micro-batch's CP share by MindSpeed's own split for packed ("EOD") sequences with its ring-causal
+    attention (`get_batch_on_this_cp_rank` takes this branch for reset_attention_mask + causal:
+    mindspeed/core/context_parallel/get_batch_utils.py `_get_batch_on_this_cp_rank_in_megatron_cp_eod_padding`):
+    per sequence, chunks r and 2cp-1-r of 2·cp, what MindSpeed's ring attention over TND
+    (ring_context_parallel.py, CausalEodAttentionStrategy) assumes. It takes the sequence ends as MindSpeed's data
+    path stores them, divided by the ring degree (get_batch_utils.py: `actual_seq_len /= get_ring_degree()`)."""
+    from mindspeed.core.context_parallel.get_batch_utils import (
+        _get_batch_on_this_cp_rank_in_megatron_cp_eod_padding,
+        get_ring_degree,
+    )
+
+    ends = cu_seqlens_padded[1:].long() // get_ring_degree()
+    return _get_batch_on_this_cp_rank_in_megatron_cp_eod_padding(dict(whole), ends)
+
+
+def mindspeed_provenance(chunks: Any) -> dict[str, Any]:
+    """What ran underneath, for the RunRecord: which MindSpeed, how many of its patches and which of its features
+    were applied, the attention its patches built into `chunks` (this rank's model chunks), and the fused ops
+    called on this rank (rank 0's record)."""
+    from mindspeed.args_utils import get_full_args
+    from mindspeed.features_manager.features_manager import MindSpeedFeaturesManager
+    from mindspeed.patch_utils import MindSpeedPatchesManager
+
+    source = find_mindspeed()
+    args = get_full_args()
+    features = sorted({f.feature_name for f in MindSpeedFeaturesManager.FEATURES_LIST if f.is_need_apply(args)})
+    patches = [name for name, p in MindSpeedPatchesManager.patches_info.items() if p.is_applied]
+    return {"mindspeed": {**(source.as_dict() if source else {}), "patches": len(patches),
+                          "attention": built_attention(chunks),
+                          "features": features, "fused_ops": COUNTER.counts(),
+                          "fused_ops_source": "emulated torch_npu" if COUNTER.emulated else "torch_npu"}}
+
+
+def built_attention(chunks: Any) -> dict[str, Any]:
+    """The core-attention and QKV-linear classes (the latter module-qualified: a MindSpeed class there = the TE
+    spec's stand-in) MindSpeed's patches instantiated in these model chunks, the CP algorithm and mask type the
+    config they hold carries (what their forward reads), and the class MindSpeed put behind Megatron's
+    `TEDotProductAttention` name (`te_attention`: which class differs by MindSpeed branch)."""
+    import torch
+
+    classes, qkv, algos, masks = set(), set(), set(), set()
+    for chunk in chunks:
+        for module in chunk.modules():
+            core = getattr(module, "core_attention", None)
+            # Megatron's (Self)Attention holds the core attention; MindSpeed's TE stand-in nests its own
+            if hasattr(module, "linear_qkv") and isinstance(core, torch.nn.Module):
+                classes.add(type(core).__qualname__)
+                qkv.add(f"{type(module.linear_qkv).__module__}.{type(module.linear_qkv).__qualname__}")
+                held = getattr(core, "config", None)
+                algos.add(getattr(held, "context_parallel_algo", None))
+                masks.add(getattr(held, "attention_mask_type", None))
+    te = getattr(sys.modules.get("megatron.core.extensions.transformer_engine"), "TEDotProductAttention", None)
+    return {"core_attention": sorted(classes), "linear_qkv": sorted(qkv),
+            "te_attention": f"{te.__module__}.{te.__qualname__}" if isinstance(te, type) else None,
+            "context_parallel_algo": sorted(map(str, algos)), "attention_mask_type": sorted(map(str, masks))}
+
+
 class _MindSpeedMegatronMixin:
     """MindSpeed on top of the Megatron engine: checks, repatch before model-parallel init, kwargs routing."""
 
@@ -192,23 +254,11 @@ class _MindSpeedMegatronMixin:
         self._verify_context_parallel()
 
     def run_provenance(self) -> dict[str, Any]:
-        """What ran underneath, for the RunRecord: which MindSpeed, how many of its patches and which of its
-        features were applied, and the fused ops called on this rank (rank 0's record)."""
-        from mindspeed.args_utils import get_full_args
-        from mindspeed.features_manager.features_manager import MindSpeedFeaturesManager
-        from mindspeed.patch_utils import MindSpeedPatchesManager
-
-        source = find_mindspeed()
-        args = get_full_args()
-        features = sorted({f.feature_name for f in MindSpeedFeaturesManager.FEATURES_LIST if f.is_need_apply(args)})
-        patches = [name for name, p in MindSpeedPatchesManager.patches_info.items() if p.is_applied]
-        return {"mindspeed": {**(source.as_dict() if source else {}), "patches": len(patches),
-                              "attention": self.built_attention(),
-                              "features": features, "fused_ops": COUNTER.counts(),
-                              "fused_ops_source": "emulated torch_npu" if COUNTER.emulated else "torch_npu"}}
+        """What ran underneath (mindspeed_provenance), over what the Megatron engine records."""
+        return {**getattr(super(), "run_provenance", dict)(), **mindspeed_provenance(getattr(self, "model", []))}
 
     def prepare_megatron(self) -> None:
-        """Runs before initialize_model_parallel: make MindSpeed's args say what the scenario says."""
+        """Runs before initialize_model_parallel: repatch MindSpeed with what verl passes (`repatch_args`)."""
         super().prepare_megatron()  # type: ignore[misc]
         from megatron.core.transformer import TransformerConfig
         from mindspeed.args_utils import get_full_args, get_mindspeed_args
@@ -216,8 +266,7 @@ class _MindSpeedMegatronMixin:
 
         defaults = vars(get_mindspeed_args(get_defaults=True))
         plan = plan_mindspeed_args(self.ctx.scenario, set(defaults),
-                                   {f.name for f in dataclasses.fields(TransformerConfig)}, self._transformer_impl(),
-                                   moe=self._checkpoint_has_experts())
+                                   {f.name for f in dataclasses.fields(TransformerConfig)})
         # every MindSpeed arg reset to its default first: a forked rank may inherit an earlier repatch
         repatch({**defaults, **plan.mindspeed_args})
         full_args = get_full_args()
@@ -226,14 +275,8 @@ class _MindSpeedMegatronMixin:
         if wrong:
             raise RuntimeError(f"MindSpeed's args did not take the repatch (wanted, got): {wrong}")
         self._mindspeed_plan, self._mindspeed_effective = plan, effective
-
-    def _checkpoint_has_experts(self) -> bool:
-        """Whether the checkpoint is a mixture of experts, from its config.json (read before the Megatron engine
-        loads the config; without one that setup fails right after, naming the checkpoint)."""
-        path = Path(self.ctx.checkpoint) / "config.json"
-        config = json.loads(path.read_text()) if path.is_file() else {}
-        text = config.get("text_config") or config
-        return any(text.get(key) for key in ("num_experts", "num_local_experts", "n_routed_experts"))
+        self._mask_type = getattr(full_args, "attention_mask_type", None)
+        self._cp_algo = getattr(full_args, "context_parallel_algo", MINDSPEED_CP_ALGO_DEFAULT)
 
     def use_transformer_engine(self) -> bool:
         """The TE spec, always: it is the path NPUs take. MindSpeed's adaptor puts its own stand-ins behind
@@ -245,14 +288,14 @@ class _MindSpeedMegatronMixin:
         """With cp > 1, MindSpeed's own CP split and mask form (`mindspeed_cp_split`), not Megatron's."""
         return mindspeed_cp_split if self.ctx.scenario.layout.cp > 1 else None
 
+    def thd_split(self) -> Any:
+        """Packed rows with cp > 1: MindSpeed's own per-sequence split (`mindspeed_thd_split`)."""
+        return mindspeed_thd_split if self.ctx.scenario.layout.cp > 1 else super().thd_split()  # type: ignore[misc]
+
     def context_parallel_attention(self) -> type | None:
         """Never the Megatron engine's CPU gather attention: with cp > 1 MindSpeed's own CP attention
         (MindSpeedCPDotProductAttention, patched in for the scenario's context_parallel_algo) must run."""
         return None
-
-    def _transformer_impl(self) -> str:
-        """What MindSpeed's CP patches must assume: the spec this engine builds."""
-        return "transformer_engine" if self.use_transformer_engine() else "local"
 
     def _mindspeed_only(self) -> set[str]:
         plan = getattr(self, "_mindspeed_plan", None)
@@ -274,9 +317,8 @@ class _MindSpeedMegatronMixin:
         lay = self.ctx.scenario.layout
         kwargs["sequence_parallel"] = bool(lay.sequence_parallel and lay.tp > 1)
         kwargs["context_parallel_size"] = lay.cp
-        # the MoE defaults (or the mcore_kwargs that override them) decide the expert module Megatron builds
-        plan = getattr(self, "_mindspeed_plan", None)
-        kwargs.update({k: plan.mindspeed_args[k] for k in MINDSPEED_MOE_DEFAULTS if plan and k in plan.mindspeed_args})
+        if self.arch.num_experts:  # verl's MoE defaults, unless mcore_kwargs (routed to the config above) say otherwise
+            kwargs.update({k: v for k, v in MOE_CONFIG_DEFAULTS.items() if k not in self.ctx.scenario.mcore_kwargs})
         return kwargs
 
     def applied_kwargs(self) -> dict[str, Any]:
@@ -298,29 +340,7 @@ class _MindSpeedMegatronMixin:
         return {**applied, "mcore_kwargs": mcore} if mcore else applied
 
     def built_attention(self) -> dict[str, Any]:
-        """The core-attention and QKV-linear classes (the latter module-qualified: a MindSpeed class there = the TE
-        spec's stand-in) MindSpeed's patches instantiated in this rank's model, the CP algorithm and mask type the
-        config they hold carries (what their forward reads), and the class MindSpeed put behind Megatron's
-        `TEDotProductAttention` name (`te_attention`: which class differs by MindSpeed branch)."""
-        import sys
-
-        import torch
-
-        classes, qkv, algos, masks = set(), set(), set(), set()
-        for chunk in getattr(self, "model", []):
-            for module in chunk.modules():
-                core = getattr(module, "core_attention", None)
-                # Megatron's (Self)Attention holds the core attention; MindSpeed's TE stand-in nests its own
-                if hasattr(module, "linear_qkv") and isinstance(core, torch.nn.Module):
-                    classes.add(type(core).__qualname__)
-                    qkv.add(f"{type(module.linear_qkv).__module__}.{type(module.linear_qkv).__qualname__}")
-                    held = getattr(core, "config", None)
-                    algos.add(getattr(held, "context_parallel_algo", None))
-                    masks.add(getattr(held, "attention_mask_type", None))
-        te = getattr(sys.modules.get("megatron.core.extensions.transformer_engine"), "TEDotProductAttention", None)
-        return {"core_attention": sorted(classes), "linear_qkv": sorted(qkv),
-                "te_attention": f"{te.__module__}.{te.__qualname__}" if isinstance(te, type) else None,
-                "context_parallel_algo": sorted(map(str, algos)), "attention_mask_type": sorted(map(str, masks))}
+        return built_attention(getattr(self, "model", []))
 
     def _verify_context_parallel(self) -> None:
         """Fail loudly where CP used to stay 1 silently: Megatron's CP group and MindSpeed's ring groups."""
@@ -330,13 +350,13 @@ class _MindSpeedMegatronMixin:
         if parallel_state.get_context_parallel_world_size() != cp:
             raise RuntimeError(f"context-parallel group has {parallel_state.get_context_parallel_world_size()} "
                                f"ranks, the scenario asks for cp={cp}")
-        built, algo = self.built_attention(), self._mindspeed_plan.mindspeed_args["context_parallel_algo"]
+        built, algo = self.built_attention(), self._cp_algo
         if cp > 1 and (built["core_attention"] != [CP_ATTENTION_CLASSES[algo]]
                        or built["context_parallel_algo"] != [algo]):
             raise RuntimeError(f"cp={cp} with {algo}, but the model's core attention is {built['core_attention']} "
                                f"running {built['context_parallel_algo']}: MindSpeed's CP patch did not apply "
                                f"(expected {CP_ATTENTION_CLASSES[algo]})")
-        if cp > 1 and self._mindspeed_plan.mindspeed_args["context_parallel_algo"] == "megatron_cp_algo":
+        if cp > 1 and algo == "megatron_cp_algo":
             from mindspeed.core.context_parallel import model_parallel_utils
 
             if model_parallel_utils._CONTEXT_PARALLEL_RANKS_FOR_RING_INTRA_WINDOW is None:

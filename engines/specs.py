@@ -3,7 +3,7 @@ before it runs anything. Adding a built-in engine = its module + one spec here (
 
 from __future__ import annotations
 
-from parity.harness.contract.spec import EngineSpec, Requirement
+from parity.harness.contract.spec import LOSS_AGG_MODES, PACKINGS, EngineSpec, Requirement
 
 #: Megatron settings the scenario's layout owns: kwarg name -> the layout field that sets it. verl's McoreEngineConfig
 #: uses the same names, so `verl:` blocks translate through this table too.
@@ -29,11 +29,13 @@ MINDSPEED = Requirement(module="mindspeed", why="needs the mindspeed package (in
 HF = EngineSpec(
     name="hf", engine="parity.engines.hf:HFEngine",
     summary="transformers model in one process; the reference engine",
-    kwargs_blocks=("engine_kwargs",), preload=("transformers", "parity.engines.hf"))
+    packings=PACKINGS,
+    kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, preload=("transformers", "parity.engines.hf"))
 
 FSDP2 = EngineSpec(
     name="fsdp2", engine="parity.engines.fsdp2:FSDP2Engine", aliases=("fsdp",),
     summary="transformers model under torch FSDP2 fully_shard, with Ulysses sequence parallel or 2-D FSDP x TP",
+    packings=PACKINGS,
     dims=frozenset({"dp", "ulysses", "tp"}), kwargs_blocks=("fsdp_kwargs",),
     rules="parity.engines.specs:fsdp2_layout_errors",
     preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2"))
@@ -41,6 +43,7 @@ FSDP2 = EngineSpec(
 MEGATRON = EngineSpec(
     name="megatron", engine="parity.engines.megatron:MegatronEngine",
     summary="Megatron-Core GPTModel with its own schedules, DDP and optimizer",
+    packings=PACKINGS,
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",), layout_keys=MEGATRON_LAYOUT_KEYS,
     rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,),
     preload=("transformers", "megatron.core", "parity.engines.megatron.model"))
@@ -59,6 +62,7 @@ MINDSPEED_PRELOAD = ("transformers", "transformers.models.auto.configuration_aut
 MINDSPEED_MEGATRON = EngineSpec(
     name="mindspeed_megatron", engine="parity.engines.mindspeed_megatron:MindSpeedMegatronEngine",
     summary="the Megatron engine with Ascend MindSpeed's adaptor re-patched for the layout",
+    packings=PACKINGS,
     retired={"mindspeed_llm": "verl renamed the MindSpeed-LLM strategy"},
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",),
     layout_keys={**MEGATRON_LAYOUT_KEYS, "seq_length": "workload.prompt_len + workload.response_len"},
@@ -72,6 +76,7 @@ MINDSPEED_MEGATRON = EngineSpec(
 MINDSPEED_FSDP = EngineSpec(
     name="mindspeed_fsdp", engine="parity.engines.mindspeed_fsdp:MindSpeedFSDPEngine",
     summary="MindSpeed's FSDP parallel engine (mindspeed.fsdp) over a transformers model",
+    packings=PACKINGS,
     retired={"mindspeed_mm": "MindSpeed-MM's FSDP path is MindSpeed's FSDP engine"},
     dims=frozenset({"dp", "tp", "ep", "ulysses"}), kwargs_blocks=("fsdp_kwargs",),
     requires=(TORCH_NPU, MINDSPEED, Requirement(
@@ -79,6 +84,46 @@ MINDSPEED_FSDP = EngineSpec(
         why="needs a mindspeed with the mindspeed.fsdp package (MindSpeed's FSDP parallel engine; branch master "
             "or 26.1.0_core_r0.12.1)")),
     devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("mindspeed",))
+
+#: the verl engines' forkserver preload: engines/verl/warm.py chooses verl's platform, then imports verl's engines
+#: ("verl" itself is named last, so that a planned engine that keeps verl out of the server (verl_mindspeed) keeps
+#: this whole preload out: registry.preload_modules matches top-level names)
+VERL_PRELOAD = ("transformers", "torch.distributed.fsdp", "parity.engines.verl.warm", "verl")
+
+VERL_FSDP = EngineSpec(
+    name="verl_fsdp", engine="parity.engines.verl.fsdp:VerlFSDPEngine",
+    summary="verl's own FSDPEngineWithLMHead (FSDP2 / FSDP1) from verl's config, driven by verl's engine API",
+    dims=frozenset({"dp", "ulysses"}), kwargs_blocks=("actor_rollout_ref",), dtypes=("fp32", "bf16"),
+    loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS, prepare="parity.engines.verl.rules:prepare_fsdp",
+    rules="parity.engines.verl.rules:fsdp_errors", environment_check="parity.engines.verl.source:problem",
+    preload=VERL_PRELOAD)
+
+
+MBRIDGE = Requirement(module="mbridge", distribution="mbridge", versions=">=0.15.1,<0.16",
+                      why="mbridge is not installed (pip install mbridge==0.15.1 einops): verl's vanilla-mbridge "
+                          "path builds the Megatron model")
+
+VERL_MEGATRON = EngineSpec(
+    name="verl_megatron", engine="parity.engines.verl.megatron:VerlMegatronEngine",
+    summary="verl's own MegatronEngineWithLMHead (megatron-core through mbridge) from verl's config, driven by "
+            "verl's engine API",
+    dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
+    prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
+    requires=(MEGATRON_CORE, MBRIDGE), environment_check="parity.engines.verl.source:problem",
+    preload=(*VERL_PRELOAD, "megatron.core", "parity.engines.verl.megatron"))
+
+VERL_MINDSPEED = EngineSpec(
+    name="verl_mindspeed", engine="parity.engines.verl.megatron:VerlMindSpeedEngine",
+    summary="verl's MindspeedEngineWithLMHead (its Megatron engine with MindSpeed's repatch), Ascend NPU",
+    dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
+    prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
+    requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",
+                                                why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),
+              MEGATRON_CORE, MBRIDGE),
+    environment_check="parity.engines.verl.rules:mindspeed_environment_problem",
+    # verl imports MindSpeed's adaptor, then Megatron (verl/workers/engine/__init__.py): the rank imports all three
+    devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("megatron", "mindspeed", "verl"))
+
 
 def fsdp2_layout_errors(scenario: object, shape: object) -> list[tuple[str, str]]:
     """fsdp2 splits the inner mesh dimension one way: the sequence (Ulysses) or the heads (TP), not both."""
@@ -88,4 +133,5 @@ def fsdp2_layout_errors(scenario: object, shape: object) -> list[tuple[str, str]
     return []
 
 
-BUILTIN: tuple[EngineSpec, ...] = (HF, FSDP2, MEGATRON, MINDSPEED_MEGATRON, MINDSPEED_FSDP)
+BUILTIN: tuple[EngineSpec, ...] = (HF, FSDP2, MEGATRON, MINDSPEED_MEGATRON, MINDSPEED_FSDP, VERL_FSDP,
+                                   VERL_MEGATRON, VERL_MINDSPEED)

@@ -3,7 +3,10 @@
 Each rank holds a contiguous slice of the sequence. Around core attention an all-to-all trades the
 sequence split for a head split, so attention sees the whole sequence for a subset of heads; a second
 all-to-all trades back. RoPE and norms run on the local slice with its global position ids.
-Registered as the transformers attention implementation "parity_ulysses".
+Registered as the transformers attention implementation "parity_ulysses". Packed rows (one stream of
+concatenated sequences) get the whole stream's position ids instead of a padding mask: the sequences are found
+from them as transformers finds them (`find_packed_sequence_indices`), as verl's Ulysses path derives its
+flash-attention cu_seqlens from the position ids.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ ATTN_NAME = "parity_ulysses"
 class UlyssesState:
     group: Any = None
     key_padding: torch.Tensor | None = None
-    """[B, S] bool, True for real tokens of the WHOLE sequence of this rank's rows."""
+    """[B, S] bool, True for real tokens of the WHOLE sequence of this rank's rows (padded rows)."""
+    positions: torch.Tensor | None = None
+    """[1, T] position ids of the WHOLE packed stream (packed rows; None for padded ones)."""
 
 
 STATE = UlyssesState()
@@ -59,11 +64,24 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     seq = q.shape[2]
     causal = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
-    allowed = causal[None] & STATE.key_padding[:, None, :].to(q.device)
+    if STATE.positions is not None:
+        allowed = causal[None] & same_sequence(STATE.positions.to(q.device))
+    else:
+        allowed = causal[None] & STATE.key_padding[:, None, :].to(q.device)
     allowed |= torch.eye(seq, dtype=torch.bool, device=q.device)[None]  # fully padded rows stay finite
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], dropout_p=dropout, scale=scaling)
     out = _AllToAll.apply(out, group, 2, 1)
     return out.transpose(1, 2).contiguous(), None
+
+
+def same_sequence(positions: torch.Tensor) -> torch.Tensor:
+    """[B, T] packed position ids -> [B, T, T] True where two tokens belong to one sequence."""
+    from transformers.masking_utils import find_packed_sequence_indices
+
+    sequence = find_packed_sequence_indices(positions)
+    if sequence is None:  # one sequence per row
+        sequence = torch.zeros_like(positions)
+    return sequence[:, :, None] == sequence[:, None, :]
 
 
 def register() -> None:

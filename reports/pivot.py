@@ -15,7 +15,9 @@ def strategy_pivot(results: list[dict[str, Any]]) -> str:
         if value is None or result.get("faults") or result.get("name"):  # fault twins and variants stay out
             continue
         model = result["id"].split("/", 1)[0]
-        column = f"{result.get('strategy')} {result.get('layout')}"
+        # a packed row beside the padded one of the same layout (same rows, same reference)
+        packed = " packed" if result.get("packing") == "packed" else ""
+        column = f"{result.get('strategy')} {result.get('layout')}{packed}"
         if column not in columns:
             columns.append(column)
         cells.setdefault((model, result.get("dtype", "-")), {})[column] = f"{value:.1e} {result['verdict'][0]}"

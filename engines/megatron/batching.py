@@ -1,8 +1,9 @@
 """The workload batch cut into this rank's Megatron micro-batches, and per-token results put back together.
 
-Rows are split over data parallelism, then into micro-batches of `micro_batch_size` rows; the sequence is split
-over CP by the engine's `cp_split` (Megatron's own `get_batch_on_this_cp_rank`: chunks r and 2cp-1-r; a
-framework with its own CP attention splits as that attention expects). Everything the loss needs is
+Rows are split over data parallelism, then into micro-batches of `micro_batch_size` rows; padded, the sequence is
+split over CP by the engine's `cp_split` (Megatron's own `get_batch_on_this_cp_rank`: chunks r and 2cp-1-r; a
+framework with its own CP attention splits as that attention expects); packed, each micro-batch is one THD stream
+split per sequence (engines/megatron/packing.py). Everything the loss needs is
 aligned with the logits that produce it: position i scores token i+1, so the response values sit at positions
 P-1 .. S-2 (as engines/fsdp2.py does).
 """
@@ -16,30 +17,42 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parity.harness.contract.workload import Batch
+from parity.engines.megatron.packing import THDSplit, pack_micro_batch, packed_seq_params
+from parity.harness.contract.faults import FaultPlan
+from parity.harness.contract.workload import Batch, next_token_labels, per_position
 
 
 @dataclass(frozen=True, slots=True)
 class MicroBatch:
-    """One micro-batch as this rank sees it: sequence tensors are CP-local except position_ids."""
+    """One micro-batch as this rank sees it: sequence tensors are CP-local except a padded row's position_ids."""
 
     tokens: torch.Tensor
-    """[b, s_local] input ids."""
+    """[b, s_local] input ids (packed: [1, t_local], this rank's THD share)."""
     position_ids: torch.Tensor
-    """[b, s] WHOLE sequence: the model slices the RoPE angles per CP rank itself."""
-    attention_mask: torch.Tensor | list[torch.Tensor]
+    """Padded: [b, s] WHOLE sequence, the model slices the RoPE angles per CP rank itself. Packed: [1, t_local]
+    position inside each sequence (Megatron's THD RoPE reads cu_seqlens, not these)."""
+    attention_mask: torch.Tensor | list[torch.Tensor] | None
     """bool, True = masked out: causal AND key is a real token (HF's mask); [b, 1, s_local, s] from Megatron's
-    split, or whatever form the engine's `cp_split` gives its CP attention."""
+    split, or whatever form the engine's `cp_split` gives its CP attention. None when packed (THD)."""
     labels: torch.Tensor
     """[b, s_local] the token each position scores (the next one)."""
     score_mask: torch.Tensor
     """[b, s_local] 1 where a real response token is scored."""
     old_logprobs: torch.Tensor
     advantages: torch.Tensor
-    rows: torch.Tensor
-    """[b] global row index of each row."""
-    positions: torch.Tensor
-    """[s_local] global position of each local column."""
+    row: torch.Tensor
+    """[b, s_local] global batch row of each local token; -1 for the alignment padding of a packed stream."""
+    col: torch.Tensor
+    """[b, s_local] its column in the padded [B, S] batch."""
+    padding: torch.Tensor | None = None
+    """[b, s_local] bool, True where the token is padding (a padded row's left / right padding, a packed
+    stream's alignment tokens): what Megatron's MoE routers must leave out of their load statistics."""
+    packed_seq_params: Any = None
+    """Megatron's PackedSeqParams (qkv_format 'thd') of a packed micro-batch; None when padded."""
+
+    @property
+    def real(self) -> torch.Tensor:
+        return self.row >= 0
 
 
 def attention_mask(real: torch.Tensor) -> torch.Tensor:
@@ -48,13 +61,6 @@ def attention_mask(real: torch.Tensor) -> torch.Tensor:
     causal = torch.ones(seq, seq, dtype=torch.bool).tril()
     allowed = causal[None] & real.bool()[:, None, :]
     return ~allowed[:, None]
-
-
-def per_position(batch: Batch, values: torch.Tensor) -> torch.Tensor:
-    """[B, R] response-aligned values -> [B, S] aligned with the logits that score them."""
-    out = torch.zeros(batch.input_ids.shape, dtype=values.dtype)
-    out[:, batch.prompt_len - 1:-1] = values
-    return out
 
 
 #: a CP split: whole [b, s] tensors (and the [b, 1, s, s] mask under 'attention_mask') -> this CP rank's share
@@ -68,33 +74,64 @@ def micro_batches(batch: Batch, old_logprobs: torch.Tensor | None, dp: int, dp_r
     if cp_split is None:
         from megatron.core.utils import get_batch_on_this_cp_rank as cp_split
 
-    rows_per_rank = batch.input_ids.shape[0] // dp
-    if rows_per_rank % micro_batch_size:
-        raise ValueError(f"micro_batch_size({micro_batch_size}) must divide the {rows_per_rank} rows per "
-                         "data-parallel rank")
     seq = batch.input_ids.shape[1]
-    labels = torch.cat([batch.input_ids[:, 1:], torch.zeros_like(batch.input_ids[:, :1])], dim=1)
-    old = per_position(batch, old_logprobs.float().cpu() if old_logprobs is not None
-                       else torch.zeros(batch.response_mask.shape))
-    score_mask = per_position(batch, batch.response_mask.float())
-    advantages = per_position(batch, batch.advantages.float())
+    labels, score_mask, old, advantages = aligned_values(batch, old_logprobs)
     out = []
-    for first in range(dp_rank * rows_per_rank, (dp_rank + 1) * rows_per_rank, micro_batch_size):
-        rows = torch.arange(first, first + micro_batch_size)
+    for rows in _micro_batch_rows(batch, dp, dp_rank, micro_batch_size):
         # on the device BEFORE slicing: up to 0.12 Megatron moves its chunk index to the accelerator (`.cuda()`)
         whole = {
             "tokens": batch.input_ids[rows], "labels": labels[rows], "score_mask": score_mask[rows],
             "old_logprobs": old[rows], "advantages": advantages[rows],
             "positions": torch.arange(seq)[None].expand(len(rows), seq).contiguous(),
             "attention_mask": attention_mask(batch.attention_mask[rows]),
+            "padding": batch.attention_mask[rows] == 0,
         }
         sliced = cp_split({key: value.to(device) for key, value in whole.items()})
+        cols = sliced["positions"].cpu()
         out.append(MicroBatch(
             tokens=sliced["tokens"], position_ids=batch.position_ids[rows].to(device),
             attention_mask=sliced["attention_mask"], labels=sliced["labels"], score_mask=sliced["score_mask"],
-            old_logprobs=sliced["old_logprobs"], advantages=sliced["advantages"], rows=rows,
-            positions=sliced["positions"][0].cpu()))
+            old_logprobs=sliced["old_logprobs"], advantages=sliced["advantages"],
+            row=rows[:, None].expand(cols.shape).contiguous(), col=cols, padding=sliced["padding"]))
     return out
+
+
+def packed_micro_batches(batch: Batch, old_logprobs: torch.Tensor | None, dp: int, dp_rank: int,
+                         micro_batch_size: int, device: torch.device, align: int, split: THDSplit,
+                         faults: FaultPlan) -> list[MicroBatch]:
+    """This rank's micro-batches as packed THD streams (engines/megatron/packing.py): each micro-batch's rows
+    without padding, each sequence padded to a multiple of `align`, this CP rank's share by `split`."""
+    labels, score_mask, old, advantages = aligned_values(batch, old_logprobs)
+    values = {"tokens": batch.input_ids, "labels": labels, "score_mask": score_mask, "old_logprobs": old,
+              "advantages": advantages}
+    out = []
+    for rows in _micro_batch_rows(batch, dp, dp_rank, micro_batch_size):
+        whole, cu_padded = pack_micro_batch(batch, rows, align, values)
+        sliced = split({key: value.to(device) for key, value in whole.items()}, cu_padded)
+        out.append(MicroBatch(
+            tokens=sliced["tokens"], position_ids=sliced["positions"], attention_mask=None, labels=sliced["labels"],
+            score_mask=sliced["score_mask"], old_logprobs=sliced["old_logprobs"], advantages=sliced["advantages"],
+            row=sliced["row"].cpu(), col=sliced["col"].cpu(), padding=sliced["row"] < 0,
+            packed_seq_params=packed_seq_params(cu_padded, device, faults)))
+    return out
+
+
+def _micro_batch_rows(batch: Batch, dp: int, dp_rank: int, micro_batch_size: int) -> list[torch.Tensor]:
+    rows_per_rank = batch.input_ids.shape[0] // dp
+    if rows_per_rank % micro_batch_size:
+        raise ValueError(f"micro_batch_size({micro_batch_size}) must divide the {rows_per_rank} rows per "
+                         "data-parallel rank")
+    return [torch.arange(first, first + micro_batch_size)
+            for first in range(dp_rank * rows_per_rank, (dp_rank + 1) * rows_per_rank, micro_batch_size)]
+
+
+def aligned_values(batch: Batch, old_logprobs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """[B, S] labels, score mask, old log-probs (zeros for a forward-only pass) and advantages, each aligned with
+    the logits position that scores it."""
+    old = per_position(batch, old_logprobs.float().cpu() if old_logprobs is not None
+                       else torch.zeros(batch.response_mask.shape))
+    return (next_token_labels(batch), per_position(batch, batch.response_mask.float()), old,
+            per_position(batch, batch.advantages.float()))
 
 
 def assemble(shape: tuple[int, int], pieces: list[tuple[MicroBatch, torch.Tensor]], owner: bool,
@@ -102,11 +139,13 @@ def assemble(shape: tuple[int, int], pieces: list[tuple[MicroBatch, torch.Tensor
     """Whole [B, S] tensor on every rank from each rank's (micro-batch, [b, s_local] values) pieces.
 
     Every (row, position) belongs to exactly one owner rank (one TP rank of the last pipeline stage per
-    dp x cp coordinate), so a SUM all-reduce of zero-filled tensors reassembles it exactly."""
+    dp x cp coordinate), so a SUM all-reduce of zero-filled tensors reassembles it exactly; a packed stream's
+    alignment padding belongs to no row and is dropped."""
     full = torch.zeros(shape, dtype=torch.float32)
     if owner:
         for micro, values in pieces:
-            full[micro.rows[:, None], micro.positions[None, :]] = values.detach().float().cpu()
+            real = micro.real
+            full[micro.row[real], micro.col[real]] = values.detach().float().cpu()[real]
     full = full.to(device)
     dist.all_reduce(full)
     return full.cpu()

@@ -1,5 +1,8 @@
-"""Context-parallel core attention for CPU runs, where Megatron's local `DotProductAttention` refuses CP and
-Transformer Engine's ring attention is unavailable.
+"""Core attention for CPU runs where Megatron's local `DotProductAttention` cannot run — context parallelism
+(it asserts cp == 1) and packed THD sequences (it refuses `packed_seq_params`) — and Transformer Engine, which
+takes both, is unavailable.
+
+`CPGatherAttention` (padded rows, cp > 1):
 
 Each CP rank holds two of the 2*cp sequence chunks (rank r: chunks r and 2cp-1-r, Megatron's load balancing).
 This module all-gathers K and V over the CP group, puts the chunks back in sequence order and attends the local
@@ -19,6 +22,7 @@ import torch.distributed as dist
 from megatron.core.transformer.module import MegatronModule
 
 from parity.engines.megatron import compat
+from parity.engines.megatron.packing import thd_partitioned_indices
 
 
 class _GatherChunks(torch.autograd.Function):
@@ -87,3 +91,46 @@ class CPGatherAttention(MegatronModule):
         context = torch.matmul(probs, v)  # [b, n, s_local, d]
         s_local, batch = query.shape[0], query.shape[1]
         return context.permute(2, 0, 1, 3).reshape(s_local, batch, self.heads * self.head_dim)
+
+
+class THDAttention(CPGatherAttention):
+    """Core attention for packed THD micro-batches (any cp), in place of TE's `DotProductAttention` with
+    qkv_format 'thd': query / key / value [t_local, heads, d], `packed_seq_params.cu_seqlens_*_padded` the
+    sequence boundaries of the whole stream, `cu_seqlens_*` how many leading tokens of each are real (verl gives
+    both the padded boundaries). Under CP the local tokens are TE's partition of each sequence (chunks r and
+    2cp-1-r, `packing.thd_partitioned_indices`): K and V are all-gathered over the CP group and put back in stream
+    order, and each local query attends, causally, to the real keys of its own sequence."""
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attention_mask: torch.Tensor | None, attn_mask_type: Any = None, attention_bias: Any = None,
+                packed_seq_params: Any = None) -> torch.Tensor:
+        if packed_seq_params is None or getattr(packed_seq_params, "qkv_format", None) != "thd":
+            raise ValueError("THDAttention takes packed THD micro-batches only (packed_seq_params, qkv_format thd)")
+        if attention_mask is not None or attention_bias is not None:
+            raise ValueError("THDAttention takes no attention mask or bias: cu_seqlens say where sequences are")
+        if query.dim() == 4:  # [t, 1, n, d] where a release does not squeeze the dummy batch dimension
+            query, key, value = (t.squeeze(1) for t in (query, key, value))
+        bounds = packed_seq_params.cu_seqlens_q_padded
+        bounds = (packed_seq_params.cu_seqlens_q if bounds is None else bounds).long().cpu()
+        real = (packed_seq_params.cu_seqlens_q[1:] - packed_seq_params.cu_seqlens_q[:-1]).long().cpu()
+        cp, rank = self.cp_group.size(), self.cp_group.rank()
+        held = [thd_partitioned_indices(bounds, cp, r) for r in range(cp)]
+        if cp > 1:
+            order = torch.cat(held).argsort().to(key.device)
+            key = _GatherChunks.apply(key, self.cp_group).index_select(0, order)
+            value = _GatherChunks.apply(value, self.cp_group).index_select(0, order)
+        queries, keys = held[rank], torch.arange(int(bounds[-1]))
+        seq_q = torch.bucketize(queries, bounds[1:], right=True)
+        seq_k = torch.bucketize(keys, bounds[1:], right=True)
+        allowed = ((seq_q[:, None] == seq_k[None, :]) & (keys[None, :] <= queries[:, None])
+                   & ((keys - bounds[seq_k]) < real[seq_k])[None, :])
+        allowed |= keys[None, :] == queries[:, None]  # a padding query attends at least to itself
+        if self.heads > self.groups:
+            key = key.repeat_interleave(self.heads // self.groups, dim=1)
+            value = value.repeat_interleave(self.heads // self.groups, dim=1)
+        q, k, v = (t.transpose(0, 1) for t in (query, key, value))  # [n, t, d]
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        scores = scores.masked_fill(~allowed.to(scores.device), float("-inf"))
+        probs = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+        context = torch.matmul(probs, v)  # [n, t_local, d]
+        return context.transpose(0, 1).reshape(query.shape[0], self.heads * self.head_dim)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 import torch._dynamo
+import torch.autograd.graph
 import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
@@ -167,6 +168,48 @@ def _quantize_nothing_early(original: Callable[..., None]) -> Callable[..., None
     return quantize
 
 
+#: message tags of the shape exchange, one per direction
+_FORWARD, _BACKWARD = 1, 2
+
+
+def _exchange_shapes(send_next: torch.Tensor | None, send_prev: torch.Tensor | None, recv_prev: bool,
+                     recv_next: bool, group: Any, prev_rank: int, next_rank: int) -> tuple[list[int], list[int]]:
+    """p2p_communication `_communicate_shapes` (pipeline stages exchange the shapes of micro-batches of their own
+    lengths, `variable_seq_lengths`), with each message tagged by its direction. Megatron batches the four
+    isend/irecv on one group, and gloo matches two messages between the same two ranks by posting order: with pp = 2
+    (previous and next stage are one rank) the interleaved schedule's combined exchange received the backward
+    shape as the forward one (gloo: 'Received data size doesn't match expected size'). Same answer otherwise."""
+    received = {"prev": torch.zeros(3, dtype=torch.int64), "next": torch.zeros(3, dtype=torch.int64)}
+    requests = []
+    if send_prev is not None:
+        requests.append(dist.isend(torch.tensor(send_prev.size(), dtype=torch.int64), prev_rank, group=group,
+                                   tag=_BACKWARD))
+    if recv_prev:
+        requests.append(dist.irecv(received["prev"], prev_rank, group=group, tag=_FORWARD))
+    if send_next is not None:
+        requests.append(dist.isend(torch.tensor(send_next.size(), dtype=torch.int64), next_rank, group=group,
+                                   tag=_FORWARD))
+    if recv_next:
+        requests.append(dist.irecv(received["next"], next_rank, group=group, tag=_BACKWARD))
+    for request in requests:
+        request.wait()
+    return received["prev"].tolist(), received["next"].tolist()
+
+
+def _shapes_method(self: Any, send_next: Any, send_prev: Any, recv_prev: bool, recv_next: bool) -> Any:
+    """P2PCommunicator._communicate_shapes (0.15+)."""
+    return _exchange_shapes(send_next, send_prev, recv_prev, recv_next, self.pp_group, self.prev_rank,
+                            self.next_rank)
+
+
+def _shapes_function(send_next: Any, send_prev: Any, recv_prev: bool, recv_next: bool, config: Any) -> Any:
+    """p2p_communication._communicate_shapes (up to 0.14: a module function over the global pipeline group)."""
+    from megatron.core import parallel_state as ps
+
+    return _exchange_shapes(send_next, send_prev, recv_prev, recv_next, ps.get_pipeline_model_parallel_group(),
+                            ps.get_pipeline_model_parallel_prev_rank(), ps.get_pipeline_model_parallel_next_rank())
+
+
 def _torch_norm_new(cls: type, config: Any, hidden_size: int, eps: float = 1e-5, **kwargs: Any) -> torch.nn.Module:
     """WrappedTorchNorm without its `not sequence_parallel` assert. Under sequence parallel each TP rank normalises
     its own tokens, so the weight gradient is partial: mark it `sequence_parallel` as Megatron's fused norms do,
@@ -178,6 +221,16 @@ def _torch_norm_new(cls: type, config: Any, hidden_size: int, eps: float = 1e-5,
     for param in norm.parameters():
         param.sequence_parallel = bool(config.sequence_parallel)
     return norm
+
+
+def _under_mode(run_backward: Callable[..., Any], mode: TorchFunctionMode) -> Callable[..., Any]:
+    def engine_run_backward(*args: Any, **kwargs: Any) -> Any:
+        if mode in torch.overrides._get_current_function_mode_stack():
+            return run_backward(*args, **kwargs)
+        with mode:
+            return run_backward(*args, **kwargs)
+
+    return engine_run_backward
 
 
 class CpuCompat:
@@ -200,6 +253,7 @@ class CpuCompat:
     def apply(self) -> None:
         require_supported_version()
         from megatron.core import fp8_utils
+        from megatron.core.pipeline_parallel import p2p_communication
         from megatron.core.tensor_parallel import mappings, random
         from megatron.core.transformer import torch_norm
         from megatron.core.transformer.moe import moe_utils, token_dispatcher
@@ -232,12 +286,25 @@ class CpuCompat:
         self._set(mappings, "_reduce_scatter_along_first_dim",
                   _reduce_scatter_first_dim_gloo(mappings._reduce_scatter_along_first_dim))
         self._set(torch_norm.WrappedTorchNorm, "__new__", _torch_norm_new)
+        communicator = getattr(p2p_communication, "P2PCommunicator", None)
+        if communicator is not None and "_communicate_shapes" in vars(communicator):
+            self._set(communicator, "_communicate_shapes", _shapes_method)
+        elif hasattr(p2p_communication, "_communicate_shapes"):
+            self._set(p2p_communication, "_communicate_shapes", _shapes_function)
         # torch.compile'd functions run eagerly: Megatron decorates fusions with `jit_fuser`, which is torch.compile
         # on torch >= 2.2 (megatron/core/jit.py), so every forked rank traced and compiled them from a cold cache
         # (dynamo, then inductor's C++). What the CPU matrix reaches is TopKRouter._apply_expert_bias, a no-op
         # without expert bias: compiling it was ~15 % of a MoE row's time; eager is bit-identical on all 16 rows
         self._set(torch._dynamo.config, "disable", True)
         self._mode = CudaToCpuMode()
+        # the autograd engine runs a graph's Python backward code (custom autograd Functions) without the mode: the
+        # mode's own handler pops it while `loss.backward()` runs, and a Function's backward never sees it anyway.
+        # Megatron's activation recompute (tensor_parallel.random.CheckpointFunction) re-runs the forward there,
+        # and transformer/utils.py get_default_causal_mask allocates on "cuda". The one call that runs the engine
+        # for `Tensor.backward`, `torch.autograd.backward` and `.grad` runs with the mode pushed again
+        backward = _under_mode(torch.autograd.graph._engine_run_backward, self._mode)
+        self._set(torch.autograd.graph, "_engine_run_backward", backward)
+        self._set(torch.autograd, "_engine_run_backward", backward)
         self._mode.__enter__()
 
     def restore(self) -> None:

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from parity.engines.megatron import compat
-from parity.engines.megatron.batching import CPSplit, MicroBatch, assemble, micro_batches
+from parity.engines.megatron.batching import CPSplit, MicroBatch, assemble, micro_batches, packed_micro_batches
 from parity.engines.megatron.config import (
     SCHEDULE_DEFAULTS,
     RoutedKwargs,
@@ -31,6 +31,8 @@ from parity.engines.megatron.config import (
 from parity.engines.megatron.convert import ModelArch
 from parity.engines.megatron.faults import apply_tp_allreduce_skip, stage_grad_factor
 from parity.engines.megatron.grad_groups import group_grad_norms, named_main_grads
+from parity.engines.megatron.moe_load import RouterLoads, accepts_padding_mask
+from parity.engines.megatron.packing import THDSplit, alignment_padding, te_thd_split, thd_alignment
 from parity.engines.specs import MEGATRON
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
@@ -54,7 +56,8 @@ def finalize_grads_without_token_rescale(model: list[Any], num_tokens: Any = Non
 class MegatronEngine(Engine):
     """Subclass hooks: `prepare_megatron()` runs before Megatron initialises (MindSpeed patches Megatron there);
     `transformer_config_kwargs()` is the TransformerConfig a subclass may extend; `use_transformer_engine()` and
-    `context_parallel_attention()` choose the layer spec; `cp_split()` how the sequence is split over CP."""
+    `context_parallel_attention()` choose the layer spec; `cp_split()` / `thd_split()` how a padded / packed
+    micro-batch is split over CP."""
 
     spec = MEGATRON
 
@@ -65,27 +68,65 @@ class MegatronEngine(Engine):
     def transformer_config_kwargs(self) -> dict[str, Any]:
         kwargs = transformer_kwargs(self.arch, self.hf_config, self.ctx.scenario.layout, self.ctx.scenario.dtype,
                                     self.on_cpu)
+        if self.packed and self.ctx.scenario.layout.pp > 1:
+            # each THD micro-batch has its own length: pipeline stages exchange shapes (as verl sets). Megatron
+            # refuses that with the allgather token dispatcher, even for a dense model, which has no dispatcher
+            kwargs["variable_seq_lengths"] = True
+            if not self.arch.num_experts:
+                kwargs["moe_token_dispatcher_type"] = "alltoall"
         return {**kwargs, **self.routed.transformer}
 
+    @property
+    def packed(self) -> bool:
+        return self.ctx.scenario.workload.packed
+
     def use_transformer_engine(self) -> bool:
-        """TE spec where TE imports, off CPU, and without CP: this workload's left-padded rows need an arbitrary
-        mask, which TE's context-parallel attention does not take."""
+        """TE spec where TE imports, off CPU; padded rows only without CP: their left padding needs an arbitrary
+        mask, which TE's context-parallel attention does not take (packed THD rows need none)."""
         from parity.engines.megatron.model import have_transformer_engine
 
-        return not self.on_cpu and self.ctx.scenario.layout.cp == 1 and have_transformer_engine()
+        return not self.on_cpu and (self.packed or self.ctx.scenario.layout.cp == 1) and have_transformer_engine()
 
     def context_parallel_attention(self) -> type | None:
-        """Core attention for CP > 1 on the local spec (a subclass whose framework patches CP in returns None)."""
-        if self.ctx.scenario.layout.cp == 1:
-            return None
-        from parity.engines.megatron.cp_attention import CPGatherAttention
+        """Core attention for the local spec where Megatron's local one refuses the run: packed THD micro-batches
+        (`THDAttention`, any cp) or padded rows with CP > 1 (`CPGatherAttention`). A subclass whose framework
+        patches its own attention in returns None."""
+        from parity.engines.megatron.cp_attention import CPGatherAttention, THDAttention
 
-        return CPGatherAttention
+        if self.packed:
+            return THDAttention
+        return CPGatherAttention if self.ctx.scenario.layout.cp > 1 else None
 
     def cp_split(self) -> CPSplit | None:
-        """How a micro-batch is split over CP ranks, mask included (None: Megatron's load-balanced
+        """How a padded micro-batch is split over CP ranks, mask included (None: Megatron's load-balanced
         `get_batch_on_this_cp_rank`, which the CPU gather attention and TE's CP attention expect)."""
         return None
+
+    def thd_split(self) -> THDSplit:
+        """How a packed micro-batch is split over CP ranks: Megatron's THD split (TE's partition of each
+        sequence into 2·cp chunks, engines/megatron/packing.py)."""
+        from megatron.core import parallel_state
+
+        return te_thd_split(parallel_state.get_context_parallel_world_size(),
+                            parallel_state.get_context_parallel_rank(), self.ctx.faults)
+
+    def _micro_batches(self, batch: Batch, old_logprobs: torch.Tensor | None) -> list[MicroBatch]:
+        dp, dp_rank = self._coords()
+        size = self.schedule["micro_batch_size"]
+        if self.packed:
+            layout = self.ctx.scenario.layout
+            return packed_micro_batches(batch, old_logprobs, dp, dp_rank, size, self.ctx.device,
+                                        thd_alignment(layout.tp, layout.cp), self.thd_split(), self.ctx.faults)
+        return micro_batches(batch, old_logprobs, dp, dp_rank, size, self.ctx.device, self.cp_split())
+
+    def normalizer(self, batch: Batch, local_tokens: float) -> float:
+        """The global real-response-token count (verl's token mean). Fault `pad_tokens_in_normalizer`: a packed
+        run counts the tp·cp·2 alignment tokens of every packed sequence as well."""
+        count = float(batch.response_mask.sum())
+        if self.packed and self.ctx.faults.active("pad_tokens_in_normalizer"):
+            layout = self.ctx.scenario.layout
+            count += alignment_padding(batch.attention_mask.sum(1), thd_alignment(layout.tp, layout.cp))
+        return self.ctx.faults.normalizer(count, local_tokens)
 
     # ---- setup ---------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -142,7 +183,8 @@ class MegatronEngine(Engine):
         self.config = TransformerConfig(**self.transformer_config_kwargs())
         use_te = self.use_transformer_engine()
         chunks = build_chunks(self.config, self.arch, rope_theta, use_te,
-                              None if use_te else self.context_parallel_attention(), workload.seq_len)
+                              None if use_te else self.context_parallel_attention(), workload.seq_len,
+                              arbitrary_mask=not self.packed)
         checkpoint, shard = SafetensorsCheckpoint(ctx.checkpoint), current_shard()
         # checkpoint tensors wider than the (bf16 / fp16) params: they become the optimizer's fp32 main params
         unrounded: dict[torch.nn.Parameter, torch.Tensor] = {}
@@ -183,6 +225,8 @@ class MegatronEngine(Engine):
                                    "the optimizer: their masters would start from the rounded weights")
         if self.config.fp16:
             self.config.grad_scale_func = self.optimizer.scale_loss
+        self.loads = RouterLoads(self.model, self.arch.num_layers, self.arch.num_experts) \
+            if self.arch.num_experts else None
 
     def effective_dtype(self) -> str | None:
         """The dtype of the model parameters Megatron computes with (Float16Module casts them for bf16 / fp16)."""
@@ -212,13 +256,20 @@ class MegatronEngine(Engine):
 
         def forward_step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
             mb = next(data_iterator)
-            output = model(input_ids=mb.tokens, position_ids=mb.position_ids, attention_mask=mb.attention_mask)
+            extra = {} if mb.packed_seq_params is None else {"packed_seq_params": mb.packed_seq_params}
+            if self.marks_padding:
+                extra["padding_mask"] = mb.padding
+            output = model(input_ids=mb.tokens, position_ids=mb.position_ids, attention_mask=mb.attention_mask,
+                           **extra)
             return output, partial(loss_func, mb)
 
+        # packed: every micro-batch has its own length, the stages exchange shapes (variable_seq_lengths) and the
+        # shape arguments are placeholders, as verl passes them
+        seq_length, rows = (1, 1) if self.packed else (self.ctx.scenario.workload.seq_len,
+                                                       self.schedule["micro_batch_size"])
         get_forward_backward_func()(
             forward_step_func=forward_step, data_iterator=[iter(micro) for _ in self.model], model=self.model,
-            num_microbatches=len(micro), seq_length=self.ctx.scenario.workload.seq_len,
-            micro_batch_size=self.schedule["micro_batch_size"], forward_only=forward_only)
+            num_microbatches=len(micro), seq_length=seq_length, micro_batch_size=rows, forward_only=forward_only)
 
     def _scores(self, mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs and entropy over the REAL vocabulary (TP-gathered logits, padding dropped).
@@ -234,9 +285,7 @@ class MegatronEngine(Engine):
     def forward(self, batch: Batch) -> TokenOutputs | None:
         for chunk in self.model:
             chunk.eval()
-        dp, dp_rank = self._coords()
-        micro = micro_batches(batch, None, dp, dp_rank, self.schedule["micro_batch_size"], self.ctx.device,
-                              self.cp_split())
+        micro = self._micro_batches(batch, None)
         pieces: list[tuple[MicroBatch, torch.Tensor, torch.Tensor]] = []
 
         def loss_func(mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -261,11 +310,9 @@ class MegatronEngine(Engine):
             chunk.train()
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
-        dp, dp_rank = self._coords()
-        micro = micro_batches(batch, old_logprobs, dp, dp_rank, self.schedule["micro_batch_size"], ctx.device,
-                              self.cp_split())
+        micro = self._micro_batches(batch, old_logprobs)
         local_tokens = float(sum(mb.score_mask.sum() for mb in micro))
-        normalizer = ctx.faults.normalizer(float(batch.response_mask.sum()), local_tokens)
+        normalizer = self.normalizer(batch, local_tokens)
         loss_scale = ctx.faults.loss_scale(step)
         losses: list[torch.Tensor] = []
 
@@ -277,7 +324,14 @@ class MegatronEngine(Engine):
             tokens = mb.score_mask.sum().to(torch.int)
             return loss * loss_scale, tokens, {}
 
-        self._schedule(micro, loss_func, forward_only=False)
+        if self.loads is not None:
+            self.loads.active = True
+        try:
+            self._schedule(micro, loss_func, forward_only=False)
+        finally:
+            if self.loads is not None:
+                self.loads.active = False
+        expert_load = self.loads.collect(ctx.device) if self.loads is not None else None
         grads = [p.main_grad for chunk in self.model for p in chunk.parameters() if p.requires_grad]
         ctx.faults.scale_grads(grads, step)
         factor = stage_grad_factor(ctx.faults, step, parallel_state.get_pipeline_model_parallel_rank(),
@@ -299,7 +353,31 @@ class MegatronEngine(Engine):
         dist.all_reduce(total)
         if ctx.rank != 0:
             return None
-        return StepOutput(loss=float(total), grad_norm=float(grad_norm), group_grad_norms=groups)
+        return StepOutput(loss=float(total), grad_norm=float(grad_norm), group_grad_norms=groups,
+                          expert_load=expert_load)
+
+    def run_provenance(self) -> dict[str, Any]:
+        """How the batch reached the model, read from what was built: THD or padded, the core-attention classes in
+        the layers, the THD alignment, whether the MoE routers are told which tokens are padding."""
+        layout = self.ctx.scenario.layout
+        attention = sorted({type(m.core_attention).__qualname__ for chunk in self.model for m in chunk.modules()
+                            if isinstance(getattr(m, "core_attention", None), torch.nn.Module)})
+        path: dict[str, Any] = {"packing": self.ctx.scenario.workload.packing, "core_attention": attention}
+        if self.packed:
+            path |= {"qkv_format": "thd", "attention_mask": None, "thd_alignment": thd_alignment(layout.tp, layout.cp)}
+        else:
+            path |= {"qkv_format": "sbhd", "attention_mask": "[b, 1, s, s] causal and padding (True = masked)"}
+        if self.arch.num_experts:
+            path["padding_mask_to_routers"] = self.marks_padding
+        return {"data_path": path}
+
+    @property
+    def marks_padding(self) -> bool:
+        """Whether the forward tells Megatron's MoE routers which tokens are padding (`padding_mask`, 0.15+), so
+        that their load statistics (aux loss, expert bias) count real tokens only. Fault `moe_pad_tokens_routed`:
+        it does not (as a caller that passes only tokens and positions, or 0.12, which has no such argument)."""
+        return (bool(self.arch.num_experts) and not self.ctx.faults.active("moe_pad_tokens_routed")
+                and accepts_padding_mask())
 
     def optimizer_steps(self) -> int | None:
         """The fewest steps any of Megatron's (chained) optimizers took, from the inner torch optimizers' state."""

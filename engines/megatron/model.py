@@ -39,7 +39,9 @@ class PositionalGPTModel(GPTModel):
             self.rotary_pos_emb.forward = self._rope_angles  # this instance only
 
     def forward(self, input_ids: Any, position_ids: Any, *args: Any, **kwargs: Any) -> Any:
-        self._positions = position_ids
+        # packed (THD): positions restart per sequence, which is what Megatron's own THD RoPE computes from
+        # cu_seqlens (its per-sequence, per-CP-rank slices): left to it
+        self._positions = None if kwargs.get("packed_seq_params") is not None else position_ids
         try:
             return super().forward(input_ids, position_ids, *args, **kwargs)
         finally:
@@ -58,15 +60,17 @@ class PositionalGPTModel(GPTModel):
         return emb
 
 
-def layer_spec(config: TransformerConfig, use_te: bool, vp_stage: int | None, cp_attention: type | None) -> Any:
+def layer_spec(config: TransformerConfig, use_te: bool, vp_stage: int | None, cp_attention: type | None,
+               arbitrary_mask: bool = True) -> Any:
     """Decoder block spec: TE, or the local spec (torch RMSNorm, local attention) whose core attention
-    becomes `cp_attention` when given (Megatron's local attention refuses CP)."""
+    becomes `cp_attention` when given (Megatron's local attention refuses CP and packed sequences).
+    `arbitrary_mask`: the TE spec takes the engine's full mask (padded rows), else its causal default (THD)."""
     build = gpt_layer_specs.get_gpt_decoder_block_spec
     block = build(config, use_transformer_engine=use_te, normalization=config.normalization,
                   **compat.vp_stage_kwargs(build, vp_stage))
     for spec in {id(s): s for s in block.layer_specs}.values():
         attention = spec.submodules.self_attention
-        if use_te:
+        if use_te and arbitrary_mask:
             # left-padded prompts: TE's padding masks assume right padding, so pass the full mask
             attention.params = {**attention.params, "attn_mask_type": AttnMaskType.arbitrary}
         elif cp_attention is not None:
@@ -75,7 +79,7 @@ def layer_spec(config: TransformerConfig, use_te: bool, vp_stage: int | None, cp
 
 
 def build_chunks(config: TransformerConfig, arch: ModelArch, rope_theta: float, use_te: bool,
-                 cp_attention: type | None, max_seq_len: int) -> list[GPTModel]:
+                 cp_attention: type | None, max_seq_len: int, arbitrary_mask: bool = True) -> list[GPTModel]:
     """One GPTModel per virtual pipeline stage of this rank."""
     vpp = parallel_state.get_virtual_pipeline_model_parallel_world_size()
     chunks = []
@@ -84,7 +88,7 @@ def build_chunks(config: TransformerConfig, arch: ModelArch, rope_theta: float, 
         with compat.building_stage(stage):
             chunks.append(PositionalGPTModel(
                 config=config,
-                transformer_layer_spec=layer_spec(config, use_te, stage, cp_attention),
+                transformer_layer_spec=layer_spec(config, use_te, stage, cp_attention, arbitrary_mask),
                 vocab_size=arch.padded_vocab_size, max_sequence_length=max_seq_len,
                 pre_process=compat.is_first_stage(stage), post_process=compat.is_last_stage(stage),
                 parallel_output=True, share_embeddings_and_output_weights=arch.tied,

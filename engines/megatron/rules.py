@@ -36,6 +36,13 @@ def megatron_layout_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
         # experts replicated across TP ranks would never have their gradients summed
         errors.append(("layout.etp", f"with ep=1 the experts are split like the dense layers: etp({layout.etp}) "
                                      f"must equal tp({layout.tp}) (or be left at 1)"))
+    if (moe and (layout.pp > 1 or layout.ep > 1) and scenario.workload.packing == "packed"
+            and scenario.mcore_kwargs.get("moe_token_dispatcher_type", "allgather") == "allgather"):
+        # ep: the allgather dispatcher gathers equal token counts over the expert group, and packed streams of
+        # different data-parallel ranks differ in length; pp: stages exchange shapes (variable_seq_lengths), which
+        # Megatron refuses with allgather. verl configures alltoall for every MoE model
+        errors.append(("mcore_kwargs.moe_token_dispatcher_type", "packed MoE micro-batches with ep > 1 or pp > 1 "
+                                                                  "need moe_token_dispatcher_type: alltoall"))
     microbatches, size_errors = _micro_batches(scenario)
     return errors + size_errors + _pipeline_errors(layout, microbatches)
 

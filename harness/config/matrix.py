@@ -15,7 +15,14 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from parity.harness.config.errors import ScenarioError, did_you_mean
-from parity.harness.config.registry import ALIASES, RETIRED, SPECS
+from parity.harness.config.registry import (
+    ALIASES,
+    RETIRED,
+    SPECS,
+    engine_import_problem,
+    import_path,
+    third_party_spec,
+)
 from parity.harness.config.renames import RENAMED_KEYS
 from parity.harness.config.verl_config import translate
 from parity.harness.contract.schema import Scenario
@@ -114,11 +121,30 @@ def parse_scenario(raw: dict[str, Any], *, file: str, label: str) -> Scenario:
                                 key="strategy", **where)
         raise ScenarioError(f"unknown strategy '{strategy}'{did_you_mean(strategy, SPECS)}; known: "
                             f"{', '.join(SPECS)} (or 'engine: package.module:Class')", key="strategy", **where)
+    raw = prepare(raw, where)
     try:
         scenario = Scenario.model_validate({**raw, "source": file})
     except ValidationError as exc:
         raise _from_validation(exc, where) from None
     return scenario
+
+
+def prepare(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:
+    """The engine's own preparation of its raw mapping (EngineSpec.prepare), when it has one. A third-party
+    engine's spec is imported here (and torch with it) only for a row that carries a block some engine prepares:
+    listing and validating the other rows stays torch-free."""
+    strategy, engine = raw.get("strategy"), raw.get("engine")
+    spec = SPECS.get(strategy) if isinstance(strategy, str) else None
+    if (spec is None and isinstance(engine, str) and ":" in engine and raw.get("actor_rollout_ref")
+            and engine_import_problem(engine) is None):
+        spec = third_party_spec(engine)
+    if spec is None or spec.prepare is None:
+        return raw
+    prepared, problems = import_path(spec.prepare)(raw)
+    if problems:
+        key, message = problems[0]
+        raise ScenarioError(message, key=key, **where)
+    return prepared
 
 
 def _from_validation(exc: ValidationError, where: dict[str, str]) -> ScenarioError:

@@ -16,23 +16,36 @@ from typing import Any
 
 from parity.harness.contract.hf_config import set_rope_theta
 
+#: No two sizes are equal by accident (a bug that swaps or confuses them must show): the vocabulary (251) is no
+#: multiple of Megatron's 128·tp padding, so the padded vocabulary rows are exercised; heads (4) != kv heads (2);
+#: Qwen3's head_dim (24) is not hidden / heads (16), as in Qwen3 where head_dim is set apart from the width, and
+#: neither 4·24 nor 2·24 is the hidden size; the MLP (112) and expert (40) widths differ from the hidden size and
+#: from every attention width (non-square experts: MindSpeed's grouped matmul once guessed their orientation from
+#: the shape); the norm eps (2e-5) is no fused op's default (torch_npu npu_rms_norm and HF 1e-6, Megatron 1e-5).
 _COMMON: dict[str, Any] = {
-    "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
-    "rms_norm_eps": 1e-6, "initializer_range": 0.08, "tie_word_embeddings": False,
+    "vocab_size": 251, "hidden_size": 64, "intermediate_size": 112, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 320,
+    "rms_norm_eps": 2e-5, "initializer_range": 0.08, "tie_word_embeddings": False,
 }
 
-#: name -> (transformers config class, overrides). rope_theta differs on purpose: tiny-llama's is fractional
-#: (so a rope_theta truncated to int is observable), tiny-mixtral keeps Mixtral's 1e6 default trap.
+#: name -> (transformers config class, overrides). rope_theta is fractional everywhere (`int(config.rope_theta)`
+#: is never the identity); tiny-llama's is small so that truncating it is observable (rope_theta_int), tiny-mixtral
+#: keeps Mixtral's 1e6 default trap.
 TINY_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "tiny-llama": ("LlamaConfig", {"rope_theta": 12.5}),
-    "tiny-qwen2": ("Qwen2Config", {"rope_theta": 10000.0}),
-    "tiny-qwen3": ("Qwen3Config", {"rope_theta": 10000.0, "tie_word_embeddings": True}),
-    "tiny-qwen3-moe": ("Qwen3MoeConfig", {"rope_theta": 10000.0, "num_experts": 4, "num_experts_per_tok": 2,
-                                           "moe_intermediate_size": 64, "decoder_sparse_step": 1,
-                                           "norm_topk_prob": True, "mlp_only_layers": []}),
-    "tiny-mixtral": ("MixtralConfig", {"rope_theta": 1e6, "num_local_experts": 4, "num_experts_per_tok": 2}),
+    "tiny-qwen2": ("Qwen2Config", {"rope_theta": 2500.75}),
+    "tiny-qwen3": ("Qwen3Config", {"rope_theta": 1234.5, "head_dim": 24, "tie_word_embeddings": True}),
+    "tiny-qwen3-moe": ("Qwen3MoeConfig", {"rope_theta": 1234.5, "head_dim": 24, "num_experts": 4,
+                                           "num_experts_per_tok": 2, "moe_intermediate_size": 40,
+                                           "decoder_sparse_step": 1, "norm_topk_prob": True, "mlp_only_layers": []}),
+    "tiny-mixtral": ("MixtralConfig", {"rope_theta": 1e6 + 0.5, "num_local_experts": 4, "num_experts_per_tok": 2}),
 }
+
+#: tiny-qwen3's weights saved in bf16, as released checkpoints are, so that a bf16 engine's params hold the checkpoint
+#: exactly. An engine that starts its fp32 master weights from its bf16 params (verl's Megatron engine: mbridge loads
+#: the HF tensors into the bf16 params, Megatron's optimizer copies its masters from them) starts, from an fp32
+#: checkpoint, at the rounded weights, where the hf_master_weights baseline starts at the checkpoint (docs/verl.md)
+TINY_MODELS["tiny-qwen3-bf16"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"][1], "checkpoint_dtype": "bfloat16"})
 
 SEED_FOR_WEIGHTS = 20261130
 
@@ -155,10 +168,11 @@ def _build_tiny(name: str, target: Path) -> None:
     cfg = tiny_config_dict(name)
     config_cls = getattr(transformers, cfg.pop("config_class"))
     rope_theta = cfg.pop("rope_theta")
+    checkpoint_dtype = getattr(torch, cfg.pop("checkpoint_dtype", "float32"))
     config = config_cls(**cfg)
     set_rope_theta(config, rope_theta)
     torch.manual_seed(SEED_FOR_WEIGHTS)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(checkpoint_dtype)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
     shutil.rmtree(target, ignore_errors=True)

@@ -34,9 +34,11 @@ def canonical(strategy: str) -> str:
 
 
 def import_from_cwd() -> None:
-    """Third-party engines in the working tree are importable, as pytest's rootdir would make them."""
+    """Third-party engines in the working tree are importable, as pytest's rootdir makes them: first on the path,
+    so that a package of the working tree wins over an installed one of the same name (verl's wheel installs a
+    top-level `tests` package)."""
     if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
+        sys.path.insert(0, os.getcwd())
 
 
 def engine_import_problem(path: str) -> str | None:
@@ -51,7 +53,8 @@ def engine_import_problem(path: str) -> str | None:
                                "the directory that holds it")
 
 
-def _import(path: str) -> Any:
+def import_path(path: str) -> Any:
+    """The object a spec names as 'package.module:attribute'."""
     module_name, _, attr = path.partition(":")
     import_from_cwd()
     return getattr(importlib.import_module(module_name), attr)
@@ -61,7 +64,7 @@ def _import(path: str) -> Any:
 def third_party_spec(path: str) -> EngineSpec:
     """The `spec` a third-party engine class declares (renamed to its import path), or an open one."""
     label = path.rsplit(":", 1)[-1]
-    declared = getattr(_import(path), "spec", None)
+    declared = getattr(import_path(path), "spec", None)
     if isinstance(declared, EngineSpec):
         return dataclasses.replace(declared, name=label, engine=path, aliases=(), retired={})
     return open_spec(label, path)
@@ -77,7 +80,7 @@ def load_engine_class(scenario: Scenario) -> type[Engine]:
     from parity.harness.contract.engine import Engine
 
     spec = spec_for(scenario)
-    cls = _import(spec.engine)
+    cls = import_path(spec.engine)
     if not (isinstance(cls, type) and issubclass(cls, Engine)):
         raise TypeError(f"{spec.engine} is not a subclass of parity.harness.contract.engine.Engine")
     return cls
@@ -88,7 +91,7 @@ def check_environment(spec: EngineSpec) -> str | None:
     requirements are present."""
     if spec.environment_check is None or spec.missing():
         return None
-    return _import(spec.environment_check)()
+    return import_path(spec.environment_check)()
 
 
 def preload_excludes(specs: list[EngineSpec]) -> set[str]:

@@ -8,9 +8,7 @@ while a missing model path or too few cards for a scenario that would otherwise 
 
 from __future__ import annotations
 
-import importlib
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 from parity.harness.config import devices
@@ -18,7 +16,7 @@ from parity.harness.config.errors import ScenarioError
 from parity.harness.config.memory import plan_for
 from parity.harness.config.models import ModelShape, expand_model_path, is_tiny, model_shape
 from parity.harness.config.registry import check_environment as check_spec_environment
-from parity.harness.config.registry import engine_import_problem, spec_for
+from parity.harness.config.registry import engine_import_problem, import_path, spec_for
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS, LAYOUT_DIMS, EngineSpec
 
@@ -56,20 +54,21 @@ def layout_errors(scenario: Scenario) -> list[tuple[str, str]]:
     errors = spec_errors(scenario, spec)
     if wl.batch_size % lay.dp:
         errors.append(("workload.batch_size", f"batch_size({wl.batch_size}) is not divisible by dp({lay.dp})"))
-    if wl.seq_len % lay.ulysses:
+    # packed rows have no fixed length: the engines pad each packed stream or sequence to what their split needs
+    if wl.seq_len % lay.ulysses and not wl.packed:
         errors.append(("workload", f"sequence length {wl.seq_len} (prompt_len + response_len) is not divisible "
                                    f"by ulysses({lay.ulysses})"))
-    if lay.cp > 1 and wl.seq_len % (2 * lay.cp):
+    if lay.cp > 1 and wl.seq_len % (2 * lay.cp) and not wl.packed:
         errors.append(("layout.cp", f"sequence length {wl.seq_len} is not divisible by 2*cp({2 * lay.cp}) "
                                    "(load-balanced context parallel splits it into 2*cp chunks)"))
-    if lay.sequence_parallel and (wl.seq_len // lay.cp) % lay.tp:
+    if lay.sequence_parallel and (wl.seq_len // lay.cp) % lay.tp and not wl.packed:
         errors.append(("workload", f"sequence parallel splits each rank's {wl.seq_len // lay.cp} tokens over "
                                    f"tp({lay.tp}): they must divide evenly"))
     shape = model_shape(scenario.model)
     if shape is not None:
         errors += _shape_errors(scenario, shape)
         if spec.rules:
-            errors += _load(spec.rules)(scenario, shape)
+            errors += import_path(spec.rules)(scenario, shape)
     return errors
 
 
@@ -91,6 +90,12 @@ def spec_errors(scenario: Scenario, spec: EngineSpec) -> list[tuple[str, str]]:
                 errors.append((f"{block}.{key}", f"set by the scenario's {spec.layout_keys[key]}, not by {block}"))
     if scenario.dtype not in spec.dtypes:
         errors.append(("dtype", f"engine '{spec.name}' trains in {', '.join(spec.dtypes)}, not {scenario.dtype}"))
+    if (mode := scenario.workload.loss_agg_mode) not in spec.loss_agg_modes:
+        errors.append(("workload.loss_agg_mode", f"engine '{spec.name}' aggregates the loss as "
+                                                 f"{', '.join(spec.loss_agg_modes)}, not {mode}"))
+    if (packing := scenario.workload.packing) not in spec.packings:
+        errors.append(("workload.packing", f"engine '{spec.name}' feeds its rows {', '.join(spec.packings)}, not "
+                                           f"{packing}"))
     return errors
 
 
@@ -112,11 +117,6 @@ def _shape_errors(scenario: Scenario, shape: ModelShape) -> list[tuple[str, str]
         errors.append(("layout.ep", f"ep({lay.ep}) must divide the number of experts ({shape.num_experts}) "
                                     f"of {scenario.model}"))
     return errors
-
-
-def _load(path: str) -> Callable[..., list[tuple[str, str]]]:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def skip_reason(scenario: Scenario) -> str | None:

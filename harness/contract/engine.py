@@ -63,6 +63,11 @@ class StepOutput:
     group_grad_norms: dict[str, float] | None = None
     """Optional per-module fingerprint: pre-clip grad norm per parameter group in HF naming
     (parity.harness.contract.grad_groups), whole over all ranks. None = not reported (not compared)."""
+    expert_load: dict[str, list[float]] | None = None
+    """Optional, MoE: per MoE layer (`layers.i.mlp`), how many tokens of this step's training forward the router
+    sent to each expert AS THE ROUTER'S LOAD STATISTICS COUNT THEM (what an aux loss or expert-bias update
+    balances): real tokens only, never padding. Summed over micro-batches and ranks, each token once. None = not
+    reported; compared when a scenario sets `tolerance.expert_load_abs`."""
 
 
 class Engine(ABC):

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 Dtype = Literal["fp32", "bf16", "fp16"]
+LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 Device = Literal["cpu", "cuda", "npu"]
 
 
@@ -110,6 +111,11 @@ class Workload(_Strict):
     """Optimizer steps after the first forward."""
     loss: Literal["grpo", "sft"] = "grpo"
     """grpo: PPO-clip policy loss on the batch's advantages (+ entropy bonus); sft: token cross-entropy."""
+    loss_agg_mode: LossAggMode = "token-mean"
+    """How per-token losses become one number, in verl's names (verl/trainer/ppo/core_algos.py agg_loss):
+    token-mean over the global batch's tokens, token-sum, seq-mean-token-sum (each sequence's token sum, averaged
+    over sequences), seq-mean-token-mean (each sequence's token mean, averaged), seq-mean-token-sum-norm
+    (seq-mean-token-sum / response_len). Engines state which they implement (EngineSpec.loss_agg_modes)."""
     clip_ratio: float = Field(0.2, gt=0)
     """PPO clip epsilon."""
     entropy_coeff: float = Field(0.01, ge=0)
@@ -128,19 +134,38 @@ class Workload(_Strict):
     (std_group + 1e-6); responses of a group have one length, so the advantage term of the step-1 loss cancels."""
     group_size: int | None = Field(None, ge=2)
     """Responses per prompt (group_normalized only); divides batch_size."""
+    packing: Literal["padded", "packed"] = "padded"
+    """How the engine feeds the SAME seeded rows to its model. padded: [B, S] rows, left-padded prompts and
+    right-padded responses with an explicit mask (the HF-style path). packed: each row's real tokens only,
+    concatenated, position ids restarting at 0 per sequence — verl's `use_remove_padding` (FSDP: transformers'
+    packed-sequence attention; Megatron: THD with PackedSeqParams, each sequence padded to a multiple of tp*cp*2;
+    MindSpeed: TND through npu_fusion_attention). Either way the reference is the same padded fp32 run
+    (`padded()`), so the two rows of one engine sit side by side."""
 
     @property
     def seq_len(self) -> int:
         return self.prompt_len + self.response_len
 
+    @property
+    def packed(self) -> bool:
+        return self.packing == "packed"
+
+    def padded(self) -> Workload:
+        """The same rows fed padded: what a packed run is compared with (the reference and baselines)."""
+        return self.model_copy(update={"packing": "padded"}) if self.packed else self
+
     @model_serializer(mode="wrap")
     def _omit_default_advantages(self, handler: Any) -> dict[str, Any]:
-        """The advantage fields are left out at their defaults, so the content hash (and every cached
-        reference) of a workload that predates them stays the same."""
+        """Fields added after the first release are left out at their defaults, so the content hash (and every
+        cached reference) of a workload that predates them stays the same."""
         data = handler(self)
         if self.advantages == "seeded" and self.group_size is None:
             data.pop("advantages", None)
             data.pop("group_size", None)
+        if self.loss_agg_mode == "token-mean":
+            data.pop("loss_agg_mode", None)
+        if self.packing == "padded":
+            data.pop("packing", None)
         return data
 
     @model_validator(mode="after")
@@ -188,6 +213,10 @@ class Tolerance(_Strict):
     """Three-way lane, opt-in: the same limit for mean |Δ| (MoE routing flips make it noisy; docs/tolerances.md)."""
     ratio_max: float | None = None
     """Three-way lane, opt-in: the same limit for max |Δ| (one draw per run: heavy-tailed)."""
+    expert_load_abs: float | None = None
+    """Opt-in, MoE: the most tokens one expert of one layer may receive more or fewer than in the reference, per
+    step, as the router's load statistics count them (StepOutput.expert_load: real tokens only). 0 = the same
+    routing token for token; a near-tie of two experts' router logits may flip one token in fp32."""
 
 
 class PerfGate(_Strict):
@@ -206,7 +235,10 @@ class PerfGate(_Strict):
 
 FaultKind = Literal["grad_scale", "rank_loss_scale", "rope_theta_int", "mask_shift", "local_token_norm",
                     "tp_allreduce_skip", "pp_stage_grad_scale", "qkv_interleave", "tp_grad_reduce_skip",
-                    "crash", "hang", "drop_kwarg", "nondeterministic", "module_grad_scale", "optimizer_step_skip"]
+                    "crash", "hang", "drop_kwarg", "nondeterministic", "module_grad_scale", "optimizer_step_skip",
+                    # the packed (THD / TND) data path: docs/scenarios.md says where each lives
+                    "packed_position_ids_continue", "cu_seqlens_shift", "thd_cp_chunk_order",
+                    "pad_tokens_in_normalizer", "moe_pad_tokens_routed"]
 
 
 class Fault(_Strict):
@@ -264,6 +296,9 @@ class Scenario(_Strict):
     """Passed to the FSDP engine (fully_shard / mixed precision settings)."""
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Passed to a third-party engine."""
+    actor_rollout_ref: dict[str, Any] = Field(default_factory=dict)
+    """verl's own `actor_rollout_ref` config tree (its `actor` and `model` sections, verbatim, nested or as dotted
+    keys) for the verl engines, which hand it to verl's config; stored flat, one dotted key per leaf."""
     faults: tuple[Fault, ...] = ()
     repeat: int = Field(1, ge=1)
     """Deterministic lane: run the candidate this many times; its log-probs, losses and grad norms must be
@@ -296,7 +331,8 @@ class Scenario(_Strict):
     def id(self) -> str:
         parts = [model_label(self.model), self.engine_label, self.layout.tag(), self.dtype,
                  self.device]
-        suffix = "".join(f"+{f.kind}" for f in self.faults)
+        suffix = "+packed" if self.workload.packed else ""
+        suffix += "".join(f"+{f.kind}" for f in self.faults)
         if self.baseline:
             suffix += f"+vs-{self.baseline}"
         if self.name:

@@ -12,14 +12,20 @@ import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import get_args
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from parity.harness.contract.schema import LossAggMode
+
 #: every layout dimension a Layout has (what `dims` may name)
 LAYOUT_DIMS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "ulysses", "sequence_parallel")
-KWARGS_BLOCKS = ("mcore_kwargs", "fsdp_kwargs", "engine_kwargs")
+KWARGS_BLOCKS = ("mcore_kwargs", "fsdp_kwargs", "engine_kwargs", "actor_rollout_ref")
 DEVICES = ("cpu", "cuda", "npu")
 DTYPES = ("fp32", "bf16", "fp16")
+#: how an engine may feed the workload's rows (Workload.packing)
+PACKINGS = ("padded", "packed")
+LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
 
 
 def module_present(name: str) -> bool:
@@ -94,6 +100,15 @@ class EngineSpec:
     never applies them, so the kwargs check fails a scenario that gives one."""
     rules: str | None = None
     """'module:function(scenario, shape) -> [(key, message)]': engine-specific layout rules, torch-free."""
+    prepare: str | None = None
+    """'module:function(raw: dict) -> (raw, [(key, message)])': turns one expanded scenario mapping into schema
+    fields before validation, torch-free (the verl engines flatten their verl config tree and reconcile the verl
+    keys that restate a scenario field, e.g. `actor.optim.lr` and `workload.lr`); a message is bad input."""
+    loss_agg_modes: tuple[str, ...] = ("token-mean",)
+    """Workload loss aggregations the engine implements (see Workload.loss_agg_mode)."""
+    packings: tuple[str, ...] = ("padded",)
+    """How it can feed the rows (Workload.packing): a `packed` row for an engine that cannot pack is bad input,
+    never a padded run under a `+packed` id."""
     requires: tuple[Requirement, ...] = ()
     """Packages the engine needs; a missing one SKIPs its scenarios with the reason."""
     environment_check: str | None = None
@@ -112,7 +127,9 @@ class EngineSpec:
             raise ValueError(f"engine spec {self.name}: engine {self.engine!r} must be 'package.module:Class'")
         for what, given, known in (("dims", self.dims, LAYOUT_DIMS), ("kwargs_blocks", self.kwargs_blocks,
                                                                        KWARGS_BLOCKS),
-                                   ("devices", self.devices, DEVICES), ("dtypes", self.dtypes, DTYPES)):
+                                   ("devices", self.devices, DEVICES), ("dtypes", self.dtypes, DTYPES),
+                                   ("loss_agg_modes", self.loss_agg_modes, LOSS_AGG_MODES),
+                                   ("packings", self.packings, PACKINGS)):
             if unknown := set(given) - set(known):
                 raise ValueError(f"engine spec {self.name}: unknown {what} {sorted(unknown)}; known: {known}")
         object.__setattr__(self, "retired", MappingProxyType(dict(self.retired)))
@@ -132,4 +149,5 @@ class EngineSpec:
 #: a third-party engine without a spec: nothing is assumed or refused about it
 def open_spec(name: str, engine: str) -> EngineSpec:
     return EngineSpec(name=name, engine=engine, summary="third-party engine (no spec)",
-                      dims=frozenset(LAYOUT_DIMS), kwargs_blocks=KWARGS_BLOCKS)
+                      dims=frozenset(LAYOUT_DIMS), kwargs_blocks=KWARGS_BLOCKS, loss_agg_modes=LOSS_AGG_MODES,
+                      packings=PACKINGS)

@@ -1,6 +1,8 @@
 """The fixed, seeded batch every engine sees: left-padded prompts, right-padded responses (verl's layout).
 
 Log-probs are over response positions only: token at position P+j is scored by the logits at P+j-1.
+A packed engine (`workload.packing: packed`) feeds the same rows without their padding (`pack_rows`): each row's
+real tokens, concatenated, position ids restarting at 0 per sequence, as verl's remove-padding path does.
 """
 
 from __future__ import annotations
@@ -41,6 +43,57 @@ class Batch:
     def response_labels(self) -> torch.Tensor:
         """[B, R] the scored tokens."""
         return self.input_ids[:, self.prompt_len:]
+
+
+def next_token_labels(batch: Batch) -> torch.Tensor:
+    """[B, S] the token each position scores: position i scores token i+1 (0 past the end)."""
+    return torch.cat([batch.input_ids[:, 1:], torch.zeros_like(batch.input_ids[:, :1])], dim=1)
+
+
+def per_position(batch: Batch, values: torch.Tensor) -> torch.Tensor:
+    """[B, R] response-aligned values -> [B, S] aligned with the logits that score them (0 elsewhere)."""
+    out = torch.zeros(batch.input_ids.shape, dtype=values.dtype)
+    out[:, batch.prompt_len - 1:-1] = values
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PackedRows:
+    """Some rows of a Batch without their padding, concatenated in row order (verl's `use_remove_padding`,
+    Megatron's THD): token t is (row[t], col[t]) of the padded [B, S] batch. A tensor aligned with the padded
+    batch moves to this order as `values[packed.row, packed.col]`; a result comes back the same way."""
+
+    input_ids: torch.Tensor
+    """[T] the real tokens of the rows, row after row."""
+    position_ids: torch.Tensor
+    """[T] the position inside its own sequence: 0 at each row's first real token (HF's cumsum(mask) - 1)."""
+    cu_seqlens: torch.Tensor
+    """[n + 1] int32 cumulative sequence ends, starting at 0 (flash-attention's / TE's convention)."""
+    row: torch.Tensor
+    """[T] the batch row of each token."""
+    col: torch.Tensor
+    """[T] its column in the padded [B, S] layout."""
+
+    @property
+    def seqlens(self) -> list[int]:
+        return (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).tolist()
+
+    def gather(self, padded: torch.Tensor) -> torch.Tensor:
+        """[B, S, ...] values of the padded batch -> [T, ...] in packed order."""
+        return padded[self.row, self.col]
+
+
+def pack_rows(batch: Batch, rows: torch.Tensor | None = None) -> PackedRows:
+    """The real tokens of `rows` (default: every row) of the padded batch, concatenated in that order."""
+    rows = torch.arange(batch.input_ids.shape[0]) if rows is None else rows
+    real = batch.attention_mask[rows].bool()
+    row_of, col = real.nonzero(as_tuple=True)  # row-major: each row's tokens in column order
+    row = rows[row_of]
+    lengths = real.sum(dim=1)
+    cu_seqlens = torch.zeros(len(rows) + 1, dtype=torch.int32)
+    cu_seqlens[1:] = lengths.cumsum(0)
+    return PackedRows(input_ids=batch.input_ids[row, col], position_ids=batch.position_ids[row, col],
+                      cu_seqlens=cu_seqlens, row=row, col=col)
 
 
 GRPO_EPS = 1e-6

@@ -18,8 +18,8 @@ from parity.harness.contract.schema import Layout, Scenario, Workload
 
 def reference_scenario(scenario: Scenario) -> Scenario | None:
     """The run to compare against; None for a stored golden (read from disk instead)."""
-    if scenario.reference == "hf_fp32":
-        return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload, dtype="fp32",
+    if scenario.reference == "hf_fp32":  # a packed run is judged against the same padded reference
+        return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload.padded(), dtype="fp32",
                         device="cpu", timeout=scenario.timeout, source=scenario.source)
     if scenario.reference == "single_rank":
         return scenario.model_copy(update={"layout": Layout(), "faults": (), "name": "single-rank"})
@@ -35,7 +35,7 @@ def baseline_scenario(scenario: Scenario) -> Scenario | None:
     if scenario.baseline is None:
         return None
     precision = "master_weights" if scenario.baseline == "hf_master_weights" else "autocast"
-    return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload, dtype=scenario.dtype,
+    return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload.padded(), dtype=scenario.dtype,
                     device=scenario.device, timeout=scenario.timeout, source=scenario.source,
                     engine_kwargs={"precision": precision}, name=f"baseline-{precision}")
 
@@ -69,14 +69,15 @@ def engine_module(run: Scenario) -> str | None:
 
 def run_identity(run: Scenario) -> dict[str, Any]:
     """What a golden must agree on with the scenario judged against it (stored in every record's provenance):
-    the model by content, every workload field (defaults too), the dtype, and the faults it ran with."""
+    the model by content, every workload field (defaults too; packing aside), the dtype, and the faults."""
     return {"model": run.model, "model_identity": model_identity(run.model),
-            "workload": _workload_fields(run.workload), "dtype": run.dtype,
+            "workload": _workload_fields(run.workload.padded()), "dtype": run.dtype,
             "faults": [fault.model_dump(mode="json") for fault in run.faults]}
 
 
 def _workload_fields(workload: Workload) -> dict[str, Any]:
-    """Every field, defaults included (the JSON dump leaves some defaults out to keep old content hashes)."""
+    """Every field, defaults included (the JSON dump leaves some defaults out to keep old content hashes). A
+    packed run is the padded one fed another way: identity takes `padded()`."""
     return {name: getattr(workload, name) for name in Workload.model_fields}
 
 
@@ -93,7 +94,7 @@ def golden_mismatch(provenance: dict[str, Any], scenario: Scenario) -> list[str]
         problems.append(f"model {provenance['model']} ({provenance['model_identity']}) vs {want['model']} "
                         f"({want['model_identity']})")
     try:
-        stored = _workload_fields(Workload.model_validate(provenance["workload"]))
+        stored = _workload_fields(Workload.model_validate(provenance["workload"]).padded())
     except ValueError as exc:
         return [*problems, f"its recorded workload is not valid: {exc}"]
     problems += [f"workload.{key} {stored[key]!r} vs {value!r}" for key, value in want["workload"].items()

@@ -52,6 +52,8 @@ class Limits:
     loss_atol_updated: float | None = None
     grad_norm_rel_updated: float | None = None
     grad_norm_atol_updated: float | None = None
+    expert_load_abs: float | None = None
+    """Opt-in (None = not compared): tokens per expert per MoE layer and step, max |Δ| (harness/judge/loads.py)."""
 
     def step_tolerance(self, name: str, step: int) -> tuple[float, float]:
         """(rtol, atol) of the per-step `loss` or `grad_norm` check at `step` (1-based)."""

@@ -19,6 +19,7 @@ from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import TokenDiff, error_ratio, series_rel_diff, token_diff
 from parity.harness.judge.distribution import histograms
 from parity.harness.judge.groups import group_checks
+from parity.harness.judge.loads import expert_load_checks
 from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
 from parity.harness.judge.tolerances import RATIO_FLOOR_ABS, Limits, limits_for
 from parity.harness.run.records import RunRecord
@@ -47,6 +48,7 @@ def scenario_info(scenario: Scenario) -> dict[str, Any]:
     return {"strategy": scenario.engine_label, "layout": scenario.layout.tag(), "dtype": scenario.dtype,
             "device": scenario.device, "reference": scenario.reference, "baseline": scenario.baseline,
             "source": scenario.source, "marks": list(scenario.marks), "name": scenario.name,
+            "packing": scenario.workload.packing,
             "faults": [fault.kind for fault in scenario.faults]}
 
 
@@ -75,7 +77,7 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
                                               f"bar: {problem}"], info=scenario_info(scenario))
     checks, metrics = _candidate_checks(candidate, reference, limits, baseline)
     group, metrics["group_grad_norm_rel_max"] = group_checks(candidate, reference, limits)
-    checks += group
+    checks += group + expert_load_checks(candidate, reference, limits)
     reasons = [c.reason() for c in checks if not c.passed]
     if (taken := candidate.optimizer_steps) is not None and taken != scenario.workload.steps:
         reasons.append(f"optimizer took {taken} step{'s' * (taken != 1)}, workload has {scenario.workload.steps} "

@@ -21,6 +21,9 @@ class StepRecord:
     step_time_s: float
     group_grad_norms: dict[str, float] | None = None
     """Pre-clip grad norm per HF parameter group (parity.harness.contract.grad_groups); None = not reported."""
+    expert_load: dict[str, list[float]] | None = None
+    """Tokens per expert per MoE layer in this step's training forward (StepOutput.expert_load); None = not
+    reported."""
 
 
 @dataclass(slots=True)

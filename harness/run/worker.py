@@ -93,7 +93,8 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
         if rank == 0:
             loss, grad_norm = checked_step(out, step)
             steps.append(StepRecord(step=step, loss=loss, grad_norm=grad_norm, step_time_s=time.perf_counter() - t0,
-                                    group_grad_norms=checked_groups(out, step)))
+                                    group_grad_norms=checked_groups(out, step),
+                                    expert_load=checked_expert_load(out, step)))
     after = checked_tokens(engine.forward(batch), rank, expected, "forward (after training)")
     applied = engine.applied_kwargs()
     effective_dtype = engine.effective_dtype()
@@ -203,6 +204,23 @@ def checked_groups(out: Any, step: int) -> dict[str, float] | None:
         if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise EngineOutputError(f"{where}: entry {name!r}: {value!r:.60} is not a float")
         checked[name] = float(value)
+    return checked
+
+
+def checked_expert_load(out: Any, step: int) -> dict[str, list[float]] | None:
+    """StepOutput.expert_load as {layer: [tokens per expert]}, or None when the engine reports none."""
+    loads = out.expert_load
+    if loads is None:
+        return None
+    where = f"Engine.train_step (step {step}): StepOutput.expert_load"
+    if not isinstance(loads, dict):
+        raise EngineOutputError(f"{where} is {type(loads).__name__}, expected a dict of layer -> list of floats")
+    checked = {}
+    for name, counts in loads.items():
+        if (not isinstance(name, str) or not isinstance(counts, list | tuple)
+                or not all(isinstance(c, numbers.Real) and not isinstance(c, bool) for c in counts)):
+            raise EngineOutputError(f"{where}: entry {name!r}: {counts!r:.60} is not a list of numbers")
+        checked[name] = [float(c) for c in counts]
     return checked
 
 

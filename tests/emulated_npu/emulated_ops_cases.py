@@ -154,6 +154,15 @@ def test_call_counters(tnpu):
     assert tnpu.emulation.call_counts() == {"npu_swiglu": 2, "npu_rms_norm": 1}
     tnpu.emulation.reset_counts()
     assert tnpu.emulation.call_counts() == {}
+    # the attention ops are counted per variant too: which layout and sparse_mode a run took
+    t = torch.randn(5, 2, 4)
+    tnpu.npu_fusion_attention(t, t, t, 2, "TND", atten_mask=COMPRESSED, sparse_mode=2, actual_seq_qlen=[2, 5],
+                              actual_seq_kvlen=[2, 5])
+    from parity.engines.fused_ops import attention_variant
+    assert tnpu.emulation.call_counts() == {"npu_fusion_attention": 1, "npu_fusion_attention[TND, sparse_mode=2]": 1}
+    assert attention_variant("npu_fusion_attention", (t, t, t, 2, "TND"), {"sparse_mode": 2}) == \
+        "npu_fusion_attention[TND, sparse_mode=2]"  # the real torch_npu's counting wrapper names them alike
+    tnpu.emulation.reset_counts()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -231,6 +240,98 @@ def test_fusion_attention_tnd_varlen(tnpu, mode):
     torch.testing.assert_close(tq.grad, qr.grad[0].permute(1, 0, 2), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(tk.grad, kr.grad[0].permute(1, 0, 2), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(tv.grad, vr.grad[0].permute(1, 0, 2), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", [0, 3])
+def test_fusion_attention_tnd_with_other_kv_lengths_and_its_grad_op(tnpu, mode):
+    """What MindSpeed's ring-causal TND path asks (ring_context_parallel.py tnd_forward_fetch): each query sequence
+    against a kv sequence of ANOTHER length (the first halves of a KV block: actual_seq_kvlen halved), with no mask
+    (sparse_mode 0) or bottom-right causal (3); then the grad op from the statistics the forward returned, [T, N, 8]
+    as tnd_out_update views them. Reference: SDPA per sequence pair."""
+    n, nkv, d = 4, 2, 8
+    q_ends, kv_ends = [4, 10, 12], [2, 7, 12]
+    q, _, _ = qkv(1, n, nkv, 12, 12, d, seed=13)
+    _, k, v = qkv(1, n, nkv, 12, 12, d, seed=14)
+    scale = 0.3
+    tq, tk, tv = (x[0].permute(1, 0, 2).contiguous() for x in (q, k, v))
+    atten = None if mode == 0 else COMPRESSED
+    out, smax, ssum = tnpu.npu_fusion_attention(tq, tk, tv, n, "TND", atten_mask=atten, scale=scale,
+                                                 actual_seq_qlen=q_ends, actual_seq_kvlen=kv_ends, sparse_mode=mode,
+                                                 pre_tockens=65536, next_tockens=0 if mode else 65536)[:3]
+    qr, kr, vr = (x.clone().requires_grad_(True) for x in (q, k, v))
+    pieces = [sdpa_ref(qs, ks, vs, keep_mask(qs.shape[2], ks.shape[2], "full" if mode == 0 else "causal_br"), scale)
+              for qs, ks, vs in zip(_tnd(qr, q_ends), _tnd(kr, kv_ends), _tnd(vr, kv_ends))]
+    ref = torch.cat(pieces, dim=2)[0].permute(1, 0, 2)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert smax.shape == ssum.shape == (12, n, 8) and torch.equal(smax, smax[..., :1].expand_as(smax))
+    dy = torch.randn_like(out)
+    ref.backward(dy)
+    dq, dk, dv, _ = tnpu.npu_fusion_attention_grad(
+        tq, tk, tv, dy, n, "TND", atten_mask=atten, softmax_max=smax, softmax_sum=ssum, attention_in=out,
+        scale_value=scale, actual_seq_qlen=q_ends, actual_seq_kvlen=kv_ends, sparse_mode=mode, pre_tockens=65536,
+        next_tockens=0 if mode else 65536)
+    torch.testing.assert_close(dq, qr.grad[0].permute(1, 0, 2), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(dk, kr.grad[0].permute(1, 0, 2), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(dv, vr.grad[0].permute(1, 0, 2), atol=1e-5, rtol=1e-4)
+
+
+def test_fusion_attention_tnd_statistics_are_per_sequence_head_major(tnpu):
+    """CANN's TND softmax_max / softmax_sum: shaped [T, N, 8], laid out per query sequence, head-major inside it;
+    MindSpeed's TND ring merge reads them so (context_parallel/utils.py flatten_softmax: each sequence's s * N rows
+    viewed [N, s, 8], transposed to token order). Token-major statistics would merge the wrong rows."""
+    n, d = 3, 4
+    ends = [2, 7, 9]
+    q, k, v = qkv(1, n, n, 9, 9, d, seed=19)
+    tq, tk, tv = (x[0].permute(1, 0, 2).contiguous() for x in (q, k, v))
+    smax, ssum = tnpu.npu_fusion_attention(tq, tk, tv, n, "TND", atten_mask=COMPRESSED, scale=0.5, sparse_mode=2,
+                                           actual_seq_qlen=ends, actual_seq_kvlen=ends)[1:3]
+    assert smax.shape == ssum.shape == (9, n, 8)
+    rows = smax.reshape(-1, 8)
+    token_major = torch.cat([rows[a * n:b * n].view(n, b - a, 8).transpose(0, 1) for a, b in zip([0, 2, 7], ends)])
+    scores = torch.full((n, 9, 9), float("-inf"))
+    for a, b in zip([0, 2, 7], ends):
+        block = (q[0, :, a:b] @ k[0, :, a:b].transpose(-1, -2)) * 0.5
+        scores[:, a:b, a:b] = block.masked_fill(~torch.ones(b - a, b - a, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(token_major[..., 0], scores.amax(-1).transpose(0, 1))
+
+
+def test_fusion_attention_tnd_takes_cu_seqlens_with_their_leading_zero(tnpu):
+    """MindSpeed's TE attention passes `cu_seqlens_q.tolist()` — Megatron's cu_seqlens, which start at 0 — as
+    actual_seq_qlen (mindspeed/te/pytorch/attention/dot_product_attention/backend.py): the leading 0 ends an empty
+    first sequence and changes nothing."""
+    n, d = 2, 4
+    q, k, v = qkv(1, n, n, 9, 9, d, seed=17)
+    tq, tk, tv = (x[0].permute(1, 0, 2).contiguous() for x in (q, k, v))
+
+    def run(ends):
+        return tnpu.npu_fusion_attention(tq, tk, tv, n, "TND", atten_mask=COMPRESSED, scale=0.5, sparse_mode=2,
+                                         actual_seq_qlen=ends, actual_seq_kvlen=ends)[0]
+    assert torch.equal(run([0, 4, 9]), run([4, 9]))
+    assert not torch.equal(run([4, 9]), run([5, 9]))  # the boundaries matter
+
+
+@pytest.mark.parametrize("ends,kv_ends,match", [
+    ([4, 8], [4, 9], "finishing at T=9"),  # q lengths sum to 8, T is 9
+    ([4, 9], [4, 8], "finishing at T=9"),
+    ([5, 4, 9], [5, 4, 9], "non-decreasing"),
+    ([4, 9], [9], "query sequences but"),
+])
+def test_fusion_attention_tnd_refuses_lengths_that_do_not_describe_t(tnpu, ends, kv_ends, match):
+    t = torch.randn(9, 2, 4)
+    with pytest.raises(NotImplementedError, match=match):
+        tnpu.npu_fusion_attention(t, t, t, 2, "TND", atten_mask=COMPRESSED, sparse_mode=2, actual_seq_qlen=ends,
+                                  actual_seq_kvlen=kv_ends)
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+def test_fusion_attention_tnd_refuses_an_explicit_mask(tnpu, mode):
+    """TND takes no [Sq, Skv] / [B, 1, Sq, Skv] mask (there is no batch dimension to index it by): only the
+    compressed causal mask with sparse_mode 2/3/4, or none."""
+    t = torch.randn(9, 2, 4)
+    for mask in (torch.zeros(9, 9, dtype=torch.bool), torch.zeros(1, 1, 9, 9, dtype=torch.bool)):
+        with pytest.raises(NotImplementedError, match="TND with an explicit atten_mask"):
+            tnpu.npu_fusion_attention(t, t, t, 2, "TND", atten_mask=mask, sparse_mode=mode, actual_seq_qlen=[4, 9],
+                                      actual_seq_kvlen=[4, 9])
 
 
 @pytest.mark.parametrize("layout,mode", [("BNSD", 3), ("SBH", 1), ("BSH", 0), ("BSND", 4)])

@@ -57,3 +57,34 @@ class FSDPExpertsAtDtypeEngine(MindSpeedFSDPEngine):
 
 class FSDPExpertsInBF16Engine(FSDPExpertsAtDtypeEngine):
     EXPERT_DTYPE = torch.bfloat16
+
+
+class FSDPWrongMeshEngine(MindSpeedFSDPEngine):
+    """The REAL MindSpeed FSDP wrapping ONE decoder layer (layers.1) on the wrong mesh: the 'dp' dimension of its
+    device mesh, of size 1 here (fsdp = dp, so MindSpeed's derived data-parallel size is 1), so that layer's
+    gradients are never reduced over the fsdp ranks (`fully_shard`, looked up as a module global by
+    mindspeed/fsdp/distributed/fully_shard_parallel/fully_shard_parallel.py, gets that mesh). An engine that
+    all-reduced every gradient not on an 'fsdp' / 'efsdp' mesh repaired exactly this and PASSed; now the layer keeps
+    what MindSpeed gave it, the run FAILs, and the record reads the mesh back (`fsdp_meshes`)."""
+
+    def setup(self) -> None:
+        from mindspeed.fsdp.distributed.fully_shard_parallel import fully_shard_parallel as fsp
+        from mindspeed.fsdp.distributed.parallel_state import ParallelState
+
+        real = fsp.fully_shard
+
+        def wrong_mesh_for_layer_1(module: Any, **kwargs: Any) -> Any:
+            layers = getattr(getattr(self, "_hf_model", None), "model", None)
+            if layers is not None and module is layers.layers[1]:
+                kwargs = {**kwargs, "mesh": ParallelState().get_device_mesh("dp")}
+            return real(module, **kwargs)
+
+        fsp.fully_shard = wrong_mesh_for_layer_1
+        try:
+            super().setup()
+        finally:
+            fsp.fully_shard = real
+
+    def wrap(self, model: torch.nn.Module) -> Any:
+        self._hf_model = model
+        return super().wrap(model)

@@ -57,6 +57,11 @@ TE_ATTENTION = {
 CP_ATTENTION = "mindspeed.core.context_parallel.adaptor.MindSpeedCPDotProductAttention"
 
 
+def _variants(fused_ops: dict[str, int]) -> set[str]:
+    """The attention variants a run called: 'TND, sparse_mode=2', ... (engines/fused_ops.py attention_variant)."""
+    return {key.split("[", 1)[1].rstrip("]") for key in fused_ops if key.startswith("npu_fusion_attention[")}
+
+
 def test_records_show_mindspeed_and_its_fused_attention_ran(matrix: dict[str, dict[str, Any]]) -> None:
     for scenario_id, row in _ran(matrix, "mindspeed_megatron").items():
         mindspeed = row["record"]["provenance"]["mindspeed"]
@@ -64,7 +69,17 @@ def test_records_show_mindspeed_and_its_fused_attention_ran(matrix: dict[str, di
         assert mindspeed["fused_ops_source"] == "emulated torch_npu"
         assert mindspeed["fused_ops"].get("npu_fusion_attention", 0) > 0, (scenario_id, mindspeed["fused_ops"])
         attention = mindspeed["attention"]
-        assert attention["attention_mask_type"] == ["general"], scenario_id
+        variants = _variants(mindspeed["fused_ops"])
+        if scenario_id.endswith("+packed"):
+            # MindSpeed's default mask type, TND with the compressed causal mask: top-left causal at cp 1, its ring's
+            # bottom-right causal diagonal blocks (and unmasked earlier blocks) at cp > 1
+            assert attention["attention_mask_type"] == ["causal"], scenario_id
+            want = {"TND, sparse_mode=3", "TND, sparse_mode=0"} if "cp2" in scenario_id else {"TND, sparse_mode=2"}
+            assert variants == want, (scenario_id, mindspeed["fused_ops"])
+        else:  # the full mask left padding needs
+            assert attention["attention_mask_type"] == ["general"], scenario_id
+            assert variants and not any(v.startswith("TND") for v in variants), (scenario_id, variants)
+            assert all(v.endswith("sparse_mode=1") for v in variants), (scenario_id, variants)
         # the TE spec was built: its fused-norm QKV linear is MindSpeed's stand-in (local spec: ColumnParallelLinear)
         assert all(c.startswith("mindspeed.") and "LayerNormColumnParallelLinear" in c
                    for c in attention["linear_qkv"]), (scenario_id, attention)
@@ -73,9 +88,10 @@ def test_records_show_mindspeed_and_its_fused_attention_ran(matrix: dict[str, di
         want = CP_ATTENTION if "/cp2" in scenario_id else TE_ATTENTION[mindspeed["version"]]
         assert attention["te_attention"] == want, (scenario_id, attention)
         assert attention["core_attention"] == [want.rsplit(".", 1)[1]], (scenario_id, attention)
-        if scenario_id.startswith("tiny-qwen3-moe/"):  # grouped-GEMM experts: MindSpeed's TE grouped linear ran
+        if scenario_id.startswith("tiny-qwen3-moe/"):
+            # grouped-GEMM experts (moe_grouped_gemm in the TransformerConfig, as verl sets it): MindSpeed's TE grouped
+            # linear ran. Its moe-grouped-gemm FEATURE, keyed on its own args, stays off: verl does not repatch it
             assert mindspeed["fused_ops"].get("npu_grouped_matmul", 0) > 0, (scenario_id, mindspeed["fused_ops"])
-            assert "moe_grouped_gemm" in mindspeed["features"], scenario_id
 
 
 def test_mindspeed_fsdp_layers_hold_the_fsdp_kwargs(matrix: dict[str, dict[str, Any]]) -> None:
@@ -89,15 +105,17 @@ def test_mindspeed_fsdp_layers_hold_the_fsdp_kwargs(matrix: dict[str, dict[str, 
         assert row["record"]["provenance"]["mindspeed"]["fsdp_layers"]["num_to_forward_prefetch"] == 1
 
 
-def test_cp2_runs_mindspeeds_own_context_parallel_attention(planted: dict[str, dict[str, Any]]) -> None:
-    """Which attention ran, from the record (its numbers are judged in the lane matrix)."""
-    record = planted["cp2"]["record"]
-    assert record is not None, planted["cp2"]["reasons"]
-    attention = record["provenance"]["mindspeed"]["attention"]
-    assert attention["core_attention"] == ["MindSpeedCPDotProductAttention"], attention
-    assert attention["context_parallel_algo"] == ["megatron_cp_algo"], attention
-    assert "CPGatherAttention" not in str(attention)
-    assert planted["cp2"]["verdict"] == "PASS", planted["cp2"]["reasons"]
+def test_cp2_runs_mindspeeds_own_context_parallel_attention(matrix: dict[str, dict[str, Any]]) -> None:
+    """Which attention ran, from the records of the lane's cp2 rows, padded and packed (their numbers are judged
+    there): MindSpeed's ring attention, never the Megatron engine's CPU gather attention."""
+    rows = {k: v for k, v in _ran(matrix, "mindspeed_megatron").items() if "/cp2/" in k}
+    assert len(rows) == 2, sorted(matrix)
+    for scenario_id, row in rows.items():
+        attention = row["record"]["provenance"]["mindspeed"]["attention"]
+        assert attention["core_attention"] == ["MindSpeedCPDotProductAttention"], (scenario_id, attention)
+        assert attention["context_parallel_algo"] == ["megatron_cp_algo"], (scenario_id, attention)
+        assert "CPGatherAttention" not in str(attention) and "THDAttention" not in str(attention)
+        assert row["verdict"] == "PASS", (scenario_id, row["reasons"])
 
 
 PLANTED = """
@@ -109,7 +127,6 @@ matrix:
   - {{strategy: mindspeed_megatron, mcore_kwargs: {{{key}: 1, attention_mask_type: general}}, name: clean}}
   - {{engine: "tests.emulated_npu.planted:IgnoresOneKwargEngine", mcore_kwargs: {{{key}: 1}}, name: ignores}}
   - {{strategy: mindspeed_megatron, mcore_kwargs: {{attention_mask_type: causal}}, name: causal}}
-  - {{strategy: mindspeed_megatron, layout: {{cp: 2}}, name: cp2}}
 """
 
 
@@ -123,7 +140,7 @@ def planted(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     done = lane.run_harness(["-m", "parity.harness.cli", "run", str(work / "planted.yaml"), "--out",
                              str(work / "out")], source)
     found = {k.split("+")[-1]: v for k, v in lane.results(work / "out").items()}
-    assert set(found) == {"clean", "ignores", "causal", "cp2"}, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert set(found) == {"clean", "ignores", "causal"}, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return found
 
 
@@ -167,6 +184,7 @@ matrix:
       layout: {{ep: 2, dp: 2}}, name: experts_fp32}}
   - {{engine: "tests.emulated_npu.planted_fsdp:FSDPExpertsInBF16Engine", model: tiny-mixtral,
       layout: {{ep: 2, dp: 2}}, name: experts_bf16}}
+  - {{engine: "tests.emulated_npu.planted_fsdp:FSDPWrongMeshEngine", name: wrong_mesh}}
 """
 
 
@@ -181,7 +199,7 @@ def planted_fsdp(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     done = lane.run_harness(["-m", "parity.harness.cli", "run", str(work / "planted.yaml"), "--out",
                              str(work / "out")], source)
     found = {k.split("+")[-1]: v for k, v in lane.results(work / "out").items()}
-    assert set(found) == {"clean", "ignores", "experts_fp32", "experts_bf16"}, \
+    assert set(found) == {"clean", "ignores", "experts_fp32", "experts_bf16", "wrong_mesh"}, \
         f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return found
 
@@ -209,3 +227,18 @@ def test_experts_computing_in_bf16_in_an_fp32_run_fail_as_such(planted_fsdp: dic
     dtypes = planted["record"]["provenance"]["mindspeed"]["fsdp_param_dtypes"]
     assert {name for name, dtype in dtypes.items() if dtype == "bf16"} == {
         name for name in dtypes if name.endswith("mlp.experts")}, dtypes
+
+
+def test_a_layer_wrapped_on_the_wrong_mesh_is_not_repaired(planted_fsdp: dict[str, dict[str, Any]]) -> None:
+    """MindSpeed FSDP wrapping one decoder layer on the 'dp' mesh (size 1) instead of 'fsdp': the engine reduces only
+    what MindSpeed's own config leaves out of FSDP, so that layer's gradients stay per-rank and the run FAILs (an
+    engine that all-reduced every gradient not on an fsdp mesh repaired it and PASSed); the record reads every
+    wrapped module's mesh back. The clean twin, the same layout, PASSes."""
+    assert planted_fsdp["clean"]["verdict"] == "PASS", planted_fsdp["clean"]["reasons"]
+    wrong = planted_fsdp["wrong_mesh"]
+    assert wrong["verdict"] == "FAIL", wrong["reasons"]
+    assert any(r.startswith(("pre-clip grad norm rel diff at step 1", "layer 1 ")) for r in wrong["reasons"]), \
+        wrong["reasons"]
+    meshes = wrong["record"]["provenance"]["mindspeed"]["fsdp_meshes"]
+    assert {name.rsplit("model.", 1)[-1]: mesh for name, mesh in meshes.items()
+            if name.endswith(("layers.0", "layers.1"))} == {"layers.0": "fsdp(2)", "layers.1": "dp(1)"}, meshes

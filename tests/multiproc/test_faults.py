@@ -19,6 +19,10 @@ CLEAN_BF16 = "tiny-llama/fsdp2/dp2/bf16/cpu+vs-hf_master_weights"
 CLEAN_TP = "tiny-qwen3/fsdp2/tp2/fp32/cpu"
 CLEAN_MEGATRON = "tiny-qwen3/megatron/tp2/fp32/cpu"
 NONDETERMINISTIC = "tiny-qwen3/fsdp2/dp2/fp32/cpu+nondeterministic+twice"
+PACKED_FSDP = "tiny-qwen3/fsdp2/dp2/fp32/cpu+packed"
+PACKED_SP = "tiny-qwen3/megatron/tp2-sp/fp32/cpu+packed"
+PACKED_CP = "tiny-qwen3/megatron/cp2/fp32/cpu+packed"
+PACKED_MOE = "tiny-qwen3-moe/megatron/cp2/fp32/cpu+packed"
 
 #: faulted id -> a metric that must be among the FAIL reasons
 EXPECTED = {
@@ -46,6 +50,15 @@ EXPECTED = {
     # a skipped optimizer step, read back from the optimizer's own state
     CLEAN + "+optimizer_step_skip": "optimizer took 1 step, workload has 2",
     CLEAN_MEGATRON + "+optimizer_step_skip": "optimizer took 1 step, workload has 2",
+    # the packed data path: positions counting on across sequences (transformers then sees ONE sequence), sequence
+    # boundaries one token late, each sequence's two CP chunks swapped: attention and RoPE go wrong at once
+    PACKED_FSDP + "+packed_position_ids_continue": "log-prob before training max |Δ|",
+    PACKED_SP + "+cu_seqlens_shift": "log-prob before training max |Δ|",
+    PACKED_CP + "+thd_cp_chunk_order": "log-prob before training max |Δ|",
+    # the tp·cp·2 alignment tokens counted as loss tokens: every gradient scaled down, the loss too
+    PACKED_CP + "+pad_tokens_in_normalizer": "loss rel diff at step 1",
+    # alignment tokens in the routers' load statistics: every layer's count is off, its log-probs are not
+    PACKED_MOE + "+moe_pad_tokens_routed": "layer 0 mlp expert load max |Δ| (tokens) at step 1",
 }
 #: faulted id -> the ONLY groups whose step-1 grad norm may FAIL (the fingerprint localises the defect)
 LOCALISED = {
@@ -56,7 +69,8 @@ LOCALISED = {
 
 
 @pytest.mark.parametrize("clean_id", [CLEAN, CLEAN_BF16, CLEAN_TP, CLEAN_MEGATRON,
-                                      "tiny-qwen3/fsdp2/dp2/fp32/cpu+twice"])
+                                      "tiny-qwen3/fsdp2/dp2/fp32/cpu+twice", PACKED_FSDP, PACKED_SP, PACKED_CP,
+                                      PACKED_MOE])
 def test_clean_twin_passes(runner, clean_id):
     verdict = runner.run_scenario(SCENARIOS[clean_id])
     assert verdict.status == "PASS", verdict.reasons
@@ -69,6 +83,8 @@ def test_injected_fault_fails_on_the_right_metric(runner, fault_id):
     assert any(reason.startswith(EXPECTED[fault_id]) for reason in verdict.reasons), verdict.reasons
     if fault_id == NONDETERMINISTIC:  # and nothing but the deterministic lane sees it
         assert all(reason.startswith(EXPECTED[fault_id]) for reason in verdict.reasons), verdict.reasons
+    if fault_id == PACKED_MOE + "+moe_pad_tokens_routed":  # the load statistics alone: the tokens' numbers hold
+        assert all(" expert load " in reason for reason in verdict.reasons), verdict.reasons
 
 
 def test_grad_scale_is_invisible_to_log_probs_after_the_step(runner):
@@ -104,3 +120,20 @@ def test_group_norms_add_up_to_the_global_norm(runner, clean_id):
         assert step.group_grad_norms, f"{clean_id} reported no groups at step {step.step}"
         total = math.sqrt(sum(v * v for v in step.group_grad_norms.values()))
         assert total == pytest.approx(step.grad_norm, rel=1e-6)
+
+
+@pytest.mark.parametrize("clean_id", [PACKED_FSDP, PACKED_SP, PACKED_CP, PACKED_MOE])
+def test_packed_records_name_the_data_path_that_ran(runner, clean_id):
+    """The record says how the batch reached the model, read back from what the engine built: a packed fsdp2 run
+    has no attention mask (transformers finds the sequences from the position ids), a packed megatron run is THD
+    through the CPU THD core attention, with its tp·cp·2 alignment and, for MoE, padding marked for the routers."""
+    verdict = runner.run_scenario(SCENARIOS[clean_id])
+    assert verdict.status == "PASS", verdict.reasons
+    path = RunRecord.load(runner.options.out_dir / "records" / slug(clean_id)).provenance["data_path"]
+    assert path["packing"] == "packed"
+    if "/fsdp2/" in clean_id:
+        assert path["attention"] == "sdpa" and path["attention_mask"].startswith("none"), path
+    else:
+        assert path["qkv_format"] == "thd" and path["core_attention"] == ["THDAttention"], path
+        assert path["thd_alignment"] == (4 if "/cp2/" in clean_id else 2), path
+        assert path.get("padding_mask_to_routers", True) is True, path

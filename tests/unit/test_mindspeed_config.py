@@ -21,7 +21,7 @@ from parity.engines import mindspeed_fsdp as msf
 from parity.engines import mindspeed_megatron as msm
 from parity.engines.specs import MINDSPEED_FSDP, MINDSPEED_MEGATRON
 from parity.harness.contract.engine import Engine, EngineContext
-from parity.harness.contract.schema import Layout, Scenario
+from parity.harness.contract.schema import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,22 +37,18 @@ def scenario(strategy: str = "mindspeed_megatron", **kw: Any) -> Scenario:
 
 
 # ---- mindspeed_megatron -------------------------------------------------------------------------------------
-def test_layout_lands_in_the_args_mindspeed_reads() -> None:
-    args = msm.layout_args(scenario(layout={"tp": 2, "pp": 2, "vpp": 2, "cp": 2, "ep": 2, "etp": 1, "dp": 1,
-                                            "sequence_parallel": True}))
-    assert args["context_parallel_size"] == 2
-    assert (args["tensor_model_parallel_size"], args["pipeline_model_parallel_size"]) == (2, 2)
-    assert args["virtual_pipeline_model_parallel_size"] == 2
-    assert (args["expert_model_parallel_size"], args["expert_tensor_parallel_size"]) == (2, 1)
-    assert args["sequence_parallel"] is True
-    assert args["seq_length"] == 32 and args["bf16"] is True and args["fp16"] is False
-
-
-def test_vpp_one_is_none_and_sp_forced_off_at_tp1() -> None:
-    lay = Layout.model_construct(tp=1, sequence_parallel=True)  # the schema would reject it; verl forces it off
-    args = msm.layout_args(scenario().model_copy(update={"layout": lay}))
-    assert args["sequence_parallel"] is False
-    assert args["virtual_pipeline_model_parallel_size"] is None
+def test_repatch_gets_what_verl_passes_and_the_padded_rows_mask_type() -> None:
+    """verl's _mindspeed_repatch: its override config, use_flash_attn (default True), the CP size when cp > 1 —
+    not the layout, which reaches Megatron through the TransformerConfig. Left-padded rows add the 'general' mask
+    type (and, under CP, Megatron-LM's reset_attention_mask flag MindSpeed's own split reads); packed rows keep
+    MindSpeed's default 'causal'."""
+    lay = {"tp": 2, "pp": 2, "vpp": 2, "cp": 2, "ep": 2, "etp": 1, "dp": 1, "sequence_parallel": True}
+    assert msm.repatch_args(scenario(layout=lay)) == {"use_flash_attn": True, "context_parallel_size": 2,
+                                                      "attention_mask_type": "general", "reset_attention_mask": False}
+    packed = scenario(layout=lay, workload={"packing": "packed"})
+    assert msm.repatch_args(packed) == {"use_flash_attn": True, "context_parallel_size": 2}
+    assert msm.repatch_args(scenario(layout={"tp": 2, "dp": 1})) == {"use_flash_attn": True,
+                                                                     "attention_mask_type": "general"}
 
 
 def test_mcore_kwargs_routed_by_reader() -> None:
@@ -72,18 +68,8 @@ def test_mcore_kwargs_routed_by_reader() -> None:
 
 def test_defaults_turn_flash_attention_on() -> None:
     plan = msm.plan_mindspeed_args(scenario(), MINDSPEED_KEYS, MEGATRON_KEYS)
-    assert plan.mindspeed_args["use_flash_attn"] is True
-    assert plan.mindspeed_args["context_parallel_algo"] == "megatron_cp_algo"
+    assert plan.mindspeed_args == {"use_flash_attn": True, "attention_mask_type": "general"}
     assert plan.routed == {} and plan.rejected == {}
-
-
-def test_moe_models_get_grouped_gemm_experts_in_both_unless_overridden() -> None:
-    keys = MEGATRON_KEYS | {"moe_grouped_gemm"}
-    assert "moe_grouped_gemm" not in msm.plan_mindspeed_args(scenario(), MINDSPEED_KEYS, keys).mindspeed_args
-    plan = msm.plan_mindspeed_args(scenario(), MINDSPEED_KEYS, keys, moe=True)
-    assert plan.mindspeed_args["moe_grouped_gemm"] is True and plan.routed == {}
-    plan = msm.plan_mindspeed_args(scenario(mcore_kwargs={"moe_grouped_gemm": False}), MINDSPEED_KEYS, keys, moe=True)
-    assert plan.mindspeed_args["moe_grouped_gemm"] is False and plan.routed == {"moe_grouped_gemm": "both"}
 
 
 @pytest.mark.parametrize(("key", "where"), [("context_parallel_size", "layout.cp"),
@@ -100,6 +86,11 @@ def test_cp_algorithm_must_match_the_megatron_split() -> None:
     s = scenario(layout={"cp": 2, "dp": 1}, mcore_kwargs={"context_parallel_algo": "ulysses_cp_algo"})
     with pytest.raises(ValueError, match="megatron_cp_algo"):
         msm.plan_mindspeed_args(s, MINDSPEED_KEYS, MEGATRON_KEYS)
+    # packed rows: the ring-causal TND path over MindSpeed's per-sequence split only
+    packed = scenario(layout={"cp": 2, "dp": 1}, mcore_kwargs={"context_parallel_algo": "kvallgather_cp_algo"},
+                      workload={"packing": "packed"})
+    with pytest.raises(ValueError, match="per-sequence THD split, which only megatron_cp_algo expects"):
+        msm.plan_mindspeed_args(packed, MINDSPEED_KEYS, MEGATRON_KEYS)
 
 
 def test_real_transformer_config_fields_route_to_megatron() -> None:
@@ -161,12 +152,16 @@ def test_prepare_megatron_repatches_before_model_parallel_init(monkeypatch: pyte
     engine = cls(EngineContext(scenario=s, checkpoint=Path("."), rank=0, world_size=4, local_rank=0,
                                device=__import__("torch").device("cpu")))
     engine.prepare_megatron()
-    assert live.context_parallel_size == 2 and live.tensor_model_parallel_size == 2
+    assert live.context_parallel_size == 2 and not hasattr(live, "tensor_model_parallel_size")  # as verl passes
     assert live.use_flash_attn is False and live.optimization_level == 2
+    engine.arch = types.SimpleNamespace(num_experts=0)
     config = engine.transformer_config_kwargs()
     assert "use_flash_attn" not in config  # reaches TransformerConfig through MindSpeed's patched __init__
     assert config["context_parallel_size"] == 2 and config["sequence_parallel"] is False
     assert config["recompute_granularity"] == "full" and config["num_layers"] == 4
+    assert "moe_grouped_gemm" not in config
+    engine.arch = types.SimpleNamespace(num_experts=4)  # verl's MoE default, in the TransformerConfig
+    assert engine.transformer_config_kwargs()["moe_grouped_gemm"] is True
     # the Megatron engine's "no such field" warning is not shown for keys MindSpeed applied
     engine.routed = types.SimpleNamespace(rejected={"use_flash_attn": "no field", "typo": "no field"})
     engine._warn_rejected()

@@ -32,6 +32,13 @@ def test_pivot_puts_strategies_side_by_side_without_fault_twins():
     assert strategy_pivot(ROWS[:1]) == ""  # one strategy: nothing to put side by side
 
 
+def test_a_packed_row_sits_beside_the_padded_one():
+    packed = result("tiny-qwen3/megatron/tp2/fp32/cpu+packed", "megatron", "tp2", 3.1e-6, packing="packed")
+    header, _, fp32, _ = strategy_pivot([*ROWS, packed]).splitlines()
+    assert "megatron tp2   |" in header and "megatron tp2 packed" in header
+    assert "2.4e-06 P" in fp32 and "3.1e-06 P" in fp32
+
+
 def test_markdown_summary_lists_reasons_and_overhead():
     text = render(ROWS, wall_s=12.0)
     assert "4 scenarios in 12.0 s: 3 pass, 1 fail, 0 error, 0 skip" in text

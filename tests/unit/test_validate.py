@@ -42,6 +42,18 @@ def test_generic_layout_arithmetic(layout, key):
     assert key in keys(Scenario(model="tiny-qwen3", strategy="megatron", layout=layout))
 
 
+def test_packing_comes_from_the_spec_and_frees_the_sequence_arithmetic(monkeypatch):
+    """A packed row for an engine that cannot pack is bad input (never a padded run under a +packed id); packed rows
+    have no fixed length, so cp 3 needs no 2·cp-divisible sequence (each engine pads its sequences)."""
+    packed = {"packing": "packed"}
+    assert keys(Scenario(model="tiny-qwen3", strategy="megatron", layout={"cp": 3}, workload=packed)) == []
+    plain = Scenario(model="tiny-qwen3", engine="parity.examples.plain_engine:PlainHFEngine", workload=packed)
+    assert keys(plain) == ["workload.packing"]
+    monkeypatch.setitem(registry.SPECS, "fsdp2", dataclasses.replace(registry.SPECS["fsdp2"], packings=("padded",)))
+    assert keys(Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2}, workload=packed)) == \
+        ["workload.packing"]
+
+
 def test_skip_reason_names_device_and_requirements(monkeypatch):
     monkeypatch.setattr(devices, "npu_emulated", lambda: False)
     on_cpu = Scenario(model="tiny-qwen3", strategy="mindspeed_megatron", device="cpu")

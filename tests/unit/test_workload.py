@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.schema import Workload
-from parity.harness.contract.workload import build_batch, group_normalized_advantages, shift_masks
+from parity.harness.contract.workload import build_batch, group_normalized_advantages, pack_rows, shift_masks
 
 
 def test_batch_is_deterministic_and_padded_like_verl():
@@ -124,3 +124,36 @@ def test_grouped_step_one_loss_is_model_dependent_only():
 def test_group_size_is_validated(kwargs, message):
     with pytest.raises(ValidationError, match=message):
         Workload(batch_size=4, **kwargs)
+
+
+def test_packing_is_a_field_of_the_feed_not_of_the_rows():
+    """A packed row feeds the SAME rows: same batch, same reference (the padded one), its own id; the default
+    stays out of the content hash (every cached reference was recorded without the field)."""
+    from parity.harness.contract.schema import Scenario
+    from parity.harness.judge.reference import reference_scenario, run_identity
+
+    packed = Workload(packing="packed")
+    assert "packing" not in Workload().model_dump() and packed.model_dump()["packing"] == "packed"
+    assert packed.padded() == Workload() and Workload().padded() is not None
+    assert _digest(build_batch(packed, 1000)) == _digest(build_batch(Workload(), 1000))
+    padded_row = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2})
+    packed_row = padded_row.model_copy(update={"workload": packed})
+    assert packed_row.id == padded_row.id + "+packed" and packed_row.content_hash() != padded_row.content_hash()
+    assert reference_scenario(packed_row) == reference_scenario(padded_row)
+    assert run_identity(packed_row) == run_identity(padded_row)
+
+
+def test_pack_rows_concatenates_each_rows_real_tokens_with_restarting_positions():
+    batch = build_batch(Workload(batch_size=5, prompt_len=6, response_len=5, seed=7), 100)
+    rows = torch.tensor([3, 1, 4])
+    packed = pack_rows(batch, rows)
+    lengths = batch.attention_mask[rows].sum(1)
+    assert packed.seqlens == lengths.tolist() and packed.cu_seqlens.dtype == torch.int32
+    assert packed.cu_seqlens[0] == 0 and packed.cu_seqlens[-1] == packed.input_ids.numel()
+    for k, row in enumerate(rows.tolist()):
+        part = slice(int(packed.cu_seqlens[k]), int(packed.cu_seqlens[k + 1]))
+        assert torch.equal(packed.input_ids[part], batch.input_ids[row][batch.attention_mask[row].bool()])
+        assert torch.equal(packed.position_ids[part], torch.arange(int(lengths[k])))
+        assert (packed.row[part] == row).all()
+    assert torch.equal(packed.gather(batch.input_ids), packed.input_ids)
+    assert (packed.gather(batch.attention_mask) == 1).all()

@@ -13,6 +13,11 @@ Contract followed (CANN torch_npu API reference for npu_fusion_attention; MindSp
   [B, N, Sq, 8] (TND: [T, N, 8]) with the value replicated over the last dim: this is what MindSpeed's ring
   attention consumes (mindspeed/core/context_parallel/utils.py forward_update_without_fused takes `[..., 0]`;
   ring_context_parallel.py causal_backward_fetch views them as [b, n, 2, s, 8]; tnd_out_update views (-1, n, 8)).
+  TND statistics are shaped [T, N, 8] but laid out per query sequence, head-major inside it (sequence k's N x S_k
+  block, then the next): MindSpeed's TND ring merge reads them so (context_parallel/utils.py `flatten_softmax`:
+  each sequence's `s * N` rows viewed [N, s, 8] and transposed to token order; `unflatten_softmax` writes them back;
+  `get_selection_indices_for_tnd_softmax_update` picks a sequence's second half in each head's rows). The grad op
+  takes them in the same layout.
 - A fully masked row gives out = 0, softmax_sum = 0 and softmax_max = finfo(float32).min (finite), so that
   MindSpeed's merge (max/exp/sum in forward_update_without_fused) gives that block zero weight without NaN, and the
   grad op, fed the merged statistics, gives it zero gradient. MindSpeed's general ring strategy does hand us
@@ -23,7 +28,7 @@ Contract followed (CANN torch_npu API reference for npu_fusion_attention; MindSp
 """
 import torch
 
-from .emulation import refuse
+from .emulation import note, refuse
 
 LAYOUTS = ("BNSD", "BSND", "BSH", "SBH", "TND")
 _BIG = 2147483647
@@ -212,7 +217,7 @@ def _prepare(op, query, key, value, head_num, input_layout, *, pse, padding_mask
     mask = _build_mask(op, sq=q.shape[2], sk=k.shape[2], batch=q.shape[0], atten_mask=atten_mask,
                        sparse_mode=int(sparse_mode), pre=int(pre), nxt=int(nxt), q_ends=q_ends, kv_ends=kv_ends,
                        device=query.device)
-    return q, k, v, mask
+    return q, k, v, mask, q_ends
 
 
 def _math_dtype(t):
@@ -267,19 +272,25 @@ def _grad_core(q, k, v, dy, out, row_max, row_sum, mask, scale):
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-def _stats_to_layout(stat, layout):
-    """[B,N,S] -> fp32 [B,N,S,8]; TND: [T,N,8]."""
+def _sequences(q_ends):
+    return list(zip([0, *q_ends[:-1]], q_ends))
+
+
+def _stats_to_layout(stat, layout, q_ends=None):
+    """[B,N,S] -> fp32 [B,N,S,8]; TND [1,N,T] -> [T,N,8] in CANN's order: per query sequence, head-major."""
     st = stat.to(torch.float32)
     if layout == "TND":
-        st = st.squeeze(0).transpose(0, 1)
+        heads = st.shape[1]
+        st = torch.cat([st[0, :, a:b].reshape(-1) for a, b in _sequences(q_ends)]).reshape(-1, heads)
     return st[..., None].expand(*st.shape, 8).contiguous()
 
 
-def _stats_from_layout(op, stat, layout, b, n, s):
+def _stats_from_layout(op, stat, layout, b, n, s, q_ends=None):
     if layout == "TND":
-        if stat.dim() != 3:
-            refuse(op, f"TND softmax statistics of shape {tuple(stat.shape)} (want [T, N, 8])")
-        stat = stat[..., 0].transpose(0, 1).unsqueeze(0)
+        if tuple(stat.shape) != (s, n, 8):
+            refuse(op, f"TND softmax statistics of shape {tuple(stat.shape)} (want [T, N, 8] = {[s, n, 8]})")
+        flat = stat[..., 0].reshape(-1)
+        stat = torch.cat([flat[a * n:b * n].view(n, b - a) for a, b in _sequences(q_ends)], dim=1).unsqueeze(0)
     else:
         if stat.dim() != 4:
             refuse(op, f"softmax statistics of shape {tuple(stat.shape)} (want [B, N, S, 8])")
@@ -310,14 +321,16 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
                          prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
                          gen_mask_parallel=True, sync=False):
     op = "npu_fusion_attention"
-    q, k, v, mask = _prepare(op, query, key, value, head_num, input_layout, pse=pse, padding_mask=padding_mask,
-                             atten_mask=atten_mask, keep_prob=keep_prob, pre=pre_tockens, nxt=next_tockens,
-                             inner_precise=inner_precise, prefix=prefix, actual_seq_qlen=actual_seq_qlen,
-                             actual_seq_kvlen=actual_seq_kvlen, sparse_mode=sparse_mode)
+    note(f"{op}[{input_layout}, sparse_mode={int(sparse_mode)}]")
+    q, k, v, mask, q_ends = _prepare(op, query, key, value, head_num, input_layout, pse=pse,
+                                     padding_mask=padding_mask, atten_mask=atten_mask, keep_prob=keep_prob,
+                                     pre=pre_tockens, nxt=next_tockens, inner_precise=inner_precise, prefix=prefix,
+                                     actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
+                                     sparse_mode=sparse_mode)
     out, row_max, row_sum = _FusionAttention.apply(q, k, v, mask, float(scale), input_layout)
     attention_out = _from_bnsd(out, input_layout)
-    softmax_max = _stats_to_layout(row_max.detach(), input_layout)
-    softmax_sum = _stats_to_layout(row_sum.detach(), input_layout)
+    softmax_max = _stats_to_layout(row_max.detach(), input_layout, q_ends)
+    softmax_sum = _stats_to_layout(row_sum.detach(), input_layout, q_ends)
     softmax_out = torch.empty(0, dtype=query.dtype, device=query.device)
     return attention_out, softmax_max, softmax_sum, softmax_out, 0, 0, 0
 
@@ -330,19 +343,21 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
                               sync=False):
     """-> (dq, dk, dv, dpse) in the input layout; uses the given softmax_max/softmax_sum/attention_in."""
     op = "npu_fusion_attention_grad"
+    note(f"{op}[{input_layout}, sparse_mode={int(sparse_mode)}]")
     given = [t is not None for t in (softmax_max, softmax_sum, attention_in)]
     if any(given) and not all(given):
         refuse(op, "only some of softmax_max / softmax_sum / attention_in (give all three or none)")
-    q, k, v, mask = _prepare(op, query, key, value, head_num, input_layout, pse=pse, padding_mask=padding_mask,
-                             atten_mask=atten_mask, keep_prob=keep_prob, pre=pre_tockens, nxt=next_tockens,
-                             inner_precise=inner_precise, prefix=prefix, actual_seq_qlen=actual_seq_qlen,
-                             actual_seq_kvlen=actual_seq_kvlen, sparse_mode=sparse_mode)
+    q, k, v, mask, q_ends = _prepare(op, query, key, value, head_num, input_layout, pse=pse,
+                                     padding_mask=padding_mask, atten_mask=atten_mask, keep_prob=keep_prob,
+                                     pre=pre_tockens, nxt=next_tockens, inner_precise=inner_precise, prefix=prefix,
+                                     actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
+                                     sparse_mode=sparse_mode)
     scale = float(scale_value)
     with torch.no_grad():
         if all(given):
             b, n, s = q.shape[0], q.shape[1], q.shape[2]
-            row_max = _stats_from_layout(op, softmax_max, input_layout, b, n, s)
-            row_sum = _stats_from_layout(op, softmax_sum, input_layout, b, n, s)
+            row_max = _stats_from_layout(op, softmax_max, input_layout, b, n, s, q_ends)
+            row_sum = _stats_from_layout(op, softmax_sum, input_layout, b, n, s, q_ends)
             out = _to_bnsd(attention_in, input_layout, n)
         else:
             out, row_max, row_sum = _forward_core(q, k, v, mask, scale)

@@ -20,6 +20,11 @@ def refuse(op, what):
                            f"(tests/emulated_npu/site/torch_npu); it refuses rather than guess")
 
 
+def note(key):
+    """Count one call of a variant (`npu_fusion_attention[TND, sparse_mode=2]`) beside the op's own count."""
+    _COUNTS[key] += 1
+
+
 def call_counts():
     """{op name: number of calls in this process} for every emulated op called at least once."""
     return dict(_COUNTS)

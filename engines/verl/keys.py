@@ -1,0 +1,377 @@
+"""What the harness knows about verl's config keys, stated once, torch-free and verl-free: scenario parsing
+(`prepare`) and validation read it before anything is imported; engines/verl/readback.py implements the named
+read-backs.
+
+A verl scenario carries verl's own `actor_rollout_ref` tree (its `actor` and `model` sections) verbatim. Three
+kinds of key:
+- keys that restate a scenario field (`actor.optim.lr` is `workload.lr`): given in the verl tree they set the
+  field, given in both they must agree, given in neither the field's value is written into the verl tree;
+- keys the harness verifies after the run, each by a named read-back of what verl built or did;
+- keys the harness refuses away from one value, with the reason (the reference cannot follow them, or nothing
+  here could tell whether verl applied them). A key left at verl's own default needs no read-back: a drop could
+  not change anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+BLOCK = "actor_rollout_ref"
+SECTIONS = ("actor", "model")
+"""The parts of verl's actor_rollout_ref tree a training engine reads (rollout and ref are not under test)."""
+
+#: verl dtype spellings (verl/utils/torch_dtypes.py PrecisionType) -> the scenario's
+DTYPE_NAMES = {"fp32": "fp32", "float32": "fp32", "32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
+               "fp16": "fp16", "float16": "fp16", "16": "fp16"}
+#: scenario dtype -> the spelling written into verl's config (McoreEngineConfig.dtype accepts only these)
+VERL_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: verl's model.use_remove_padding <-> the scenario's workload.packing (verl packs the rows it is given)
+PACKING = {True: "packed", False: "padded"}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBack:
+    """How the harness verifies one verl key after the run."""
+
+    rule: str
+    """Name of the function in engines/verl/readback.py RULES."""
+    what: str
+    """What is read, for docs and failure messages."""
+    dropped_in: str = ""
+    """verl's file where a known drop of this key happens (named when it FAILs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A key the harness takes at one value only."""
+
+    allowed: Any
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class EngineKeys:
+    """One verl engine's key table."""
+
+    backends: tuple[str, ...]
+    """The `actor.strategy` values this engine builds (verl's EngineRegistry backend names)."""
+    shared: Mapping[str, str]
+    """verl key -> the scenario field it restates ('workload.lr', 'layout.tp', 'dtype')."""
+    read_back: Mapping[str, ReadBack]
+    """verl key (or 'prefix.*' for the keys of a dict-typed field) -> its read-back."""
+    refused: Mapping[str, Refused]
+    verl_none: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """shared verl key -> the scenario value verl spells None (Megatron's vpp None is the scenario's vpp 1)."""
+
+    def read_back_for(self, key: str) -> ReadBack | None:
+        if key in self.read_back:
+            return self.read_back[key]
+        for pattern, rule in self.read_back.items():
+            if pattern.endswith(".*") and key.startswith(pattern[:-1]):
+                return rule
+        return None
+
+
+# ---- keys both engines share -------------------------------------------------------------------------------
+_NUMERIC = "verl's loss function reads it from the actor config; checked by the per-step loss against the reference"
+
+COMMON_SHARED = {
+    "actor.optim.lr": "workload.lr",
+    "actor.optim.weight_decay": "workload.weight_decay",
+    "actor.optim.clip_grad": "workload.grad_clip",
+    "actor.clip_ratio": "workload.clip_ratio",
+    "actor.clip_ratio_low": "workload.clip_ratio",
+    "actor.clip_ratio_high": "workload.clip_ratio",
+    "actor.entropy_coeff": "workload.entropy_coeff",
+    "actor.loss_agg_mode": "workload.loss_agg_mode",
+    "actor.ppo_mini_batch_size": "workload.batch_size",
+    "model.use_remove_padding": "workload.packing",
+}
+
+COMMON_READ_BACK = {
+    "actor.optim.lr": ReadBack("optimizer_lr", "lr of every optimizer param group at every step"),
+    "actor.optim.weight_decay": ReadBack("optimizer_group", "weight_decay of every optimizer param group"),
+    "actor.optim.betas": ReadBack("optimizer_group", "betas of every optimizer param group"),
+    "actor.optim.clip_grad": ReadBack("clip_threshold", "max_norm verl passed to its grad clipping, every step"),
+    "actor.clip_ratio": ReadBack("loss_config", _NUMERIC),
+    "actor.clip_ratio_low": ReadBack("loss_config", _NUMERIC),
+    "actor.clip_ratio_high": ReadBack("loss_config", _NUMERIC),
+    "actor.entropy_coeff": ReadBack("loss_config", _NUMERIC),
+    "actor.loss_agg_mode": ReadBack("loss_config", _NUMERIC),
+    "actor.calculate_entropy": ReadBack("loss_config", _NUMERIC),
+    "actor.ppo_mini_batch_size": ReadBack("global_batch", "sequences in each train_batch call over all ranks"),
+    "actor.ppo_micro_batch_size_per_gpu": ReadBack("micro_batches", "rows per micro-batch verl ran (loss count)"),
+    "actor.use_dynamic_bsz": ReadBack("micro_batches", "whether verl split micro-batches by tokens"),
+    "actor.ppo_max_token_len_per_gpu": ReadBack("micro_batches", "micro-batches verl ran for the token budget"),
+    "actor.strategy": ReadBack("backend", "the engine class verl's EngineRegistry built"),
+    "model.use_remove_padding": ReadBack("packed_path", "the input shape the model's forward received "
+                                                        "(packed (1, T) without mask, or padded (B, S))"),
+    "model.enable_gradient_checkpointing": ReadBack("gradient_checkpointing",
+                                                    "gradient checkpointing on the built HF model"),
+    "model.override_config.*": ReadBack("hf_config", "the attribute on the built model's config"),
+}
+
+COMMON_REFUSED = {
+    "actor.use_kl_loss": Refused(False, "the reference's loss has no KL term (and no reference policy runs)"),
+    "actor.policy_loss.loss_mode": Refused("vanilla", "the reference computes verl's vanilla PPO-clip loss only"),
+    "actor.ppo_epochs": Refused(1, "the harness runs one update per step, as the reference does"),
+    "actor.rollout_n": Refused(1, "ppo_mini_batch_size counts sequences here: one response per prompt"),
+    "actor.optim.lr_scheduler_type": Refused("constant", "the reference trains at a constant learning rate"),
+    "actor.optim.lr_warmup_steps": Refused(-1, "the reference trains at a constant learning rate (no warmup)"),
+    "actor.optim.lr_warmup_steps_ratio": Refused(0.0, "the reference trains at a constant learning rate"),
+    "model.lora_rank": Refused(0, "the reference trains every weight, not a LoRA adapter"),
+    "model.use_fused_kernels": Refused(False, "verl's fused kernels need a GPU"),
+    "model.use_liger": Refused(False, "liger kernels need a GPU"),
+}
+
+FSDP = EngineKeys(
+    backends=("fsdp", "fsdp2"),
+    shared={**COMMON_SHARED, "actor.fsdp_config.mixed_precision.param_dtype": "dtype",
+            "actor.fsdp_config.ulysses_sequence_parallel_size": "layout.ulysses"},
+    read_back={**COMMON_READ_BACK,
+               "actor.fsdp_config.reshard_after_forward": ReadBack(
+                   "fsdp_reshard", "reshard-after-forward of every FSDP unit (FSDP1: its sharding strategy)"),
+               "actor.fsdp_config.mixed_precision.*": ReadBack(
+                   "fsdp_mixed_precision", "the mixed-precision policy of every FSDP unit"),
+               "actor.fsdp_config.model_dtype": ReadBack("master_dtype", "dtype of the sharded master parameters"),
+               "actor.fsdp_config.param_offload": ReadBack("engine_flag", "the engine's param-offload state"),
+               "actor.fsdp_config.optimizer_offload": ReadBack("engine_flag", "the engine's optimizer-offload state"),
+               "actor.fsdp_config.offload_policy": ReadBack("fsdp_offload_policy",
+                                                            "the offload policy of every FSDP2 unit"),
+               "actor.fsdp_config.fsdp_size": ReadBack("fsdp_mesh", "the size of the mesh FSDP shards over"),
+               "actor.fsdp_config.ulysses_sequence_parallel_size": ReadBack(
+                   "ulysses", "the size of verl's Ulysses sequence-parallel group"),
+               "actor.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap": ReadBack(
+                   "fsdp_wrapped", "the module classes that are FSDP units"),
+               "actor.fsdp_config.forward_prefetch": ReadBack("fsdp_prefetch", "forward prefetch of the FSDP units"),
+               "actor.fsdp_config.use_orig_params": ReadBack("fsdp1_orig_params", "FSDP1's use_orig_params"),
+               "actor.fsdp_config.use_torch_compile": ReadBack("entropy_compiled",
+                                                               "whether verl's entropy function is compiled"),
+               "actor.grad_clip": ReadBack("clip_threshold", "max_norm verl passed to its grad clipping",
+                                           dropped_in="verl/workers/engine/fsdp/transformer_impl.py optimizer_step "
+                                                      "(clips at optim.clip_grad only)")},
+    refused={**COMMON_REFUSED,
+             "actor.fsdp_config.forward_only": Refused(False, "a forward-only engine cannot train"),
+             "actor.fsdp_config.wrap_policy.min_num_params": Refused(
+                 0, "the harness reads back class-based wrapping only (transformer_layer_cls_to_wrap)")},
+)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal as verl would take them: numbers by value (1 == 1.0, not True), sequences element-wise (a YAML list
+    and verl's tuple), dtype names in any of verl's spellings."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or (isinstance(a, bool) and isinstance(b, bool) and a == b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    if isinstance(a, str) and isinstance(b, str) and a in DTYPE_NAMES and b in DTYPE_NAMES:
+        return DTYPE_NAMES[a] == DTYPE_NAMES[b]
+    return a == b
+
+
+def flatten(tree: Any, prefix: str = "") -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """A nested and/or dotted verl tree -> {dotted key: leaf value}. Mappings nest (dict-typed verl fields such
+    as mixed_precision flatten to their keys); lists and empty mappings are leaves."""
+    flat: dict[str, Any] = {}
+    problems: list[tuple[str, str]] = []
+    if not isinstance(tree, Mapping):
+        return flat, [(f"{BLOCK}{prefix and '.' + prefix}", "must be a mapping of verl config keys")]
+    for key, value in tree.items():
+        if not isinstance(key, str) or not key:
+            problems.append((f"{BLOCK}.{prefix}", f"config keys are strings, got {key!r}"))
+            continue
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, Mapping) and value:
+            inner, inner_problems = flatten(value, path)
+            problems += inner_problems
+            for leaf, leaf_value in inner.items():
+                if leaf in flat:
+                    problems.append((f"{BLOCK}.{leaf}", "given twice (nested and as a dotted key)"))
+                flat[leaf] = leaf_value
+        else:
+            if path in flat:
+                problems.append((f"{BLOCK}.{path}", "given twice (nested and as a dotted key)"))
+            flat[path] = dict(value) if isinstance(value, Mapping) else value
+    return flat, problems
+
+
+def _get(raw: Mapping[str, Any], path: str) -> Any:
+    node: Any = raw
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _set(raw: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    head, _, rest = path.partition(".")
+    if not rest:
+        return {**raw, head: value}
+    inner = raw.get(head)
+    return {**raw, head: _set(dict(inner) if isinstance(inner, Mapping) else {}, rest, value)}
+
+
+def _field_default(path: str) -> Any:
+    from parity.harness.contract.schema import Layout, Scenario, Workload
+
+    head, _, rest = path.partition(".")
+    if head == "workload":
+        return Workload.model_fields[rest].default
+    if head == "layout":
+        return Layout.model_fields[rest].default
+    return Scenario.model_fields[head].default
+
+
+def _field_problem(path: str, value: Any) -> str | None:
+    """Why the scenario field cannot take a value derived from a verl key (its schema type)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from parity.harness.contract.schema import Layout, Scenario, Workload
+
+    head, _, rest = path.partition(".")
+    model, name = {"workload": (Workload, rest), "layout": (Layout, rest)}.get(head, (Scenario, head))
+    try:
+        TypeAdapter(model.model_fields[name].annotation).validate_python(value)
+    except ValidationError as exc:
+        return exc.errors()[0]["msg"]
+    return None
+
+
+def _to_scenario(field: str, value: Any) -> Any:
+    if field == "dtype":
+        return DTYPE_NAMES.get(str(value), value)
+    if field == "workload.packing" and isinstance(value, bool):
+        return PACKING[value]
+    return value
+
+
+def _to_verl(field: str, value: Any) -> Any:
+    if field == "dtype":
+        return VERL_DTYPE.get(value, value)
+    if field == "workload.packing":
+        return {v: k for k, v in PACKING.items()}.get(value, value)
+    return value
+
+
+def _same(field: str, verl_value: Any, scenario_value: Any) -> bool:
+    converted = _to_scenario(field, verl_value)
+    if isinstance(converted, (int, float)) and not isinstance(converted, bool):
+        return isinstance(scenario_value, (int, float)) and float(converted) == float(scenario_value)
+    return converted == scenario_value
+
+
+def prepare(raw: dict[str, Any], keys: EngineKeys) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Flatten the scenario's verl tree and reconcile the keys that restate a scenario field (module docstring)."""
+    flat, problems = flatten(raw.get(BLOCK) or {})
+    for key in flat:
+        if key.split(".", 1)[0] not in SECTIONS:
+            problems.append((f"{BLOCK}.{key}", f"the verl engines read actor_rollout_ref's "
+                                               f"{' and '.join(SECTIONS)} sections only"))
+    if problems:
+        return raw, problems
+    out = dict(raw)
+    # the keys given in the verl tree first, so that a field one of them sets is written into the others
+    for key, field in keys.shared.items():
+        if (given_verl := flat.get(key)) is None:
+            continue
+        if (given_scenario := _get(out, field)) is None:
+            derived = _to_scenario(field, given_verl)
+            if (problem := _field_problem(field, derived)) is not None:
+                problems.append((f"{BLOCK}.{key}", f"{given_verl!r} cannot be the scenario's {field}: {problem}"))
+                continue
+            out = _set(out, field, derived)
+        elif not _same(field, given_verl, given_scenario):
+            problems.append((f"{BLOCK}.{key}", f"{given_verl!r} disagrees with the scenario's {field} "
+                                               f"{given_scenario!r}: give it once"))
+    for key, field in keys.shared.items():
+        if key not in flat:
+            value = _get(out, field)
+            flat[key] = _to_verl(field, _field_default(field) if value is None else value)
+            if key in keys.verl_none and flat[key] == keys.verl_none[key]:
+                flat[key] = None
+    out[BLOCK] = flat
+    return out, problems
+
+
+# ---- verl's Megatron engine (McoreActorConfig: actor.megatron is its McoreEngineConfig) --------------------------
+_MEGATRON_SIZES = {
+    "tensor_model_parallel_size": "layout.tp",
+    "pipeline_model_parallel_size": "layout.pp",
+    "virtual_pipeline_model_parallel_size": "layout.vpp",
+    "context_parallel_size": "layout.cp",
+    "expert_model_parallel_size": "layout.ep",
+}
+#: verl's engine sets the model's sequence parallelism itself on the vanilla-mbridge path (mbridge: tp > 1), and
+#: forwards McoreEngineConfig.sequence_parallel only on the Megatron-Bridge path
+SEQUENCE_PARALLEL_DROP = ("verl/workers/engine/megatron/transformer_impl.py:328-333 (vanilla mbridge: only "
+                          "override_transformer_config reaches the TransformerConfig, :361 forwards it on the "
+                          "Megatron-Bridge path only; mbridge/core/llm_bridge.py:76 sets sequence_parallel = tp > 1)")
+#: verl builds Megatron's OptimizerConfig from a fixed set of its optimizer keys; betas is not one of them
+BETAS_DROP = ("verl/utils/megatron/optimizer.py:126-217 init_megatron_optim_config (betas never reach Megatron's "
+              "OptimizerConfig: adam_beta1 / adam_beta2 keep Megatron's defaults unless "
+              "override_optimizer_config sets them)")
+
+MEGATRON = EngineKeys(
+    backends=("megatron",),
+    shared={**COMMON_SHARED, "actor.megatron.dtype": "dtype",
+            "actor.megatron.sequence_parallel": "layout.sequence_parallel",
+            **{f"actor.megatron.{key}": field for key, field in _MEGATRON_SIZES.items()}},
+    read_back={**{k: v for k, v in COMMON_READ_BACK.items()
+                  if not k.startswith(("model.override_config", "model.enable_gradient_checkpointing"))},
+               "actor.optim.clip_grad": ReadBack("mcore_clip", "clip_grad of Megatron's OptimizerConfig and the "
+                                                               "max_norm its grad clipping ran with, every step"),
+               "actor.optim.weight_decay": ReadBack("mcore_weight_decay",
+                                                    "weight_decay of Megatron's OptimizerConfig and of every "
+                                                    "param group that decays"),
+               "actor.optim.betas": ReadBack("optimizer_group", "betas of every optimizer param group",
+                                             dropped_in=BETAS_DROP),
+               "actor.optim.optimizer": ReadBack("mcore_optimizer", "optimizer of Megatron's OptimizerConfig"),
+               "actor.optim.min_lr": ReadBack("mcore_optimizer", "min_lr of Megatron's OptimizerConfig"),
+               "actor.optim.override_optimizer_config.*": ReadBack("mcore_optimizer",
+                                                                   "the field of Megatron's OptimizerConfig"),
+               **{f"actor.megatron.{key}": ReadBack("mcore_parallel", f"{key.removesuffix('_size')} group size "
+                                                                      "in megatron.core.parallel_state")
+                  for key in (*_MEGATRON_SIZES, "expert_tensor_parallel_size")},
+               "actor.megatron.sequence_parallel": ReadBack("mcore_sequence_parallel",
+                                                            "sequence_parallel of every model chunk's "
+                                                            "TransformerConfig", dropped_in=SEQUENCE_PARALLEL_DROP),
+               "actor.megatron.dtype": ReadBack("mcore_dtype", "dtype of every model parameter and the "
+                                                               "TransformerConfig's params_dtype"),
+               "actor.megatron.use_distributed_optimizer": ReadBack(
+                   "mcore_distributed_optimizer", "the optimizer class verl built and the DDP config of every chunk"),
+               "actor.megatron.override_transformer_config.*": ReadBack(
+                   "mcore_transformer", "the field of every model chunk's TransformerConfig"),
+               "actor.megatron.override_ddp_config.*": ReadBack("mcore_ddp",
+                                                                "the field of every chunk's DDP config"),
+               "actor.megatron.vanilla_mbridge": ReadBack("mcore_bridge", "the bridge module verl built with"),
+               "actor.megatron.use_remove_padding": ReadBack(
+                   "packed_path", "the input shape the model's forward received",
+                   dropped_in="verl/workers/engine_workers.py (the worker sets it from model.use_remove_padding)"),
+               "model.enable_gradient_checkpointing": ReadBack(
+                   "mcore_recompute", "activation recompute of the built TransformerConfig (recompute_granularity)",
+                   dropped_in="verl/workers/engine/megatron/transformer_impl.py (never read: Megatron recompute "
+                              "comes from override_transformer_config.recompute_*)")},
+    refused={**COMMON_REFUSED,
+             "actor.megatron.forward_only": Refused(False, "a forward-only engine cannot train"),
+             "actor.megatron.use_mbridge": Refused(True, "verl's Megatron engine requires it (asserted in its "
+                                                         "constructor)"),
+             "actor.megatron.param_offload": Refused(False, "on a CPU-only box offloading to the CPU moves nothing, "
+                                                            "so nothing could show whether verl applied it"),
+             "actor.megatron.optimizer_offload": Refused(False, "on a CPU-only box offloading to the CPU moves "
+                                                                "nothing, so nothing could show whether verl applied "
+                                                                "it"),
+             "actor.megatron.use_dist_checkpointing": Refused(False, "the engine loads the scenario's HF checkpoint"),
+             "actor.megatron.dynamic_context_parallel": Refused(False, "not read back here (needs packed batches "
+                                                                       "and Megatron's dynamic CP groups)"),
+             "actor.optim.use_precision_aware_optimizer": Refused(False, "needs Transformer Engine's FusedAdam"),
+             "actor.optim.weight_decay": Refused(0.0, "Megatron's optimizer exempts biases and norm weights from "
+                                                      "weight decay (get_megatron_optimizer's default), the reference "
+                                                      "decays every parameter")},
+    verl_none={"actor.megatron.virtual_pipeline_model_parallel_size": 1},
+)

@@ -1,0 +1,180 @@
+"""What verl did, recorded while it runs: observation hooks that record their arguments and call through unchanged
+(no value, dtype or order altered). The read-backs (engines/verl/readback.py) compare these with the keys given.
+
+- the input shape every forward of the model received (packed (1, T) without a mask, or padded (B, S));
+- the `max_norm` every gradient clip was called with (torch's FSDP1 `clip_grad_norm_` and the
+  `_clip_grads_with_norm_` that torch's and verl's FSDP2 clipping end in);
+- every optimizer param group's hyper-parameters at each `optimizer.step()`;
+- the micro-batches verl's `prepare_micro_batches` made for each call (rows and tokens of each, and whether it
+  split by tokens), spied in the module the engine's `forward_backward_batch` is defined in.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Observations:
+    forward_inputs: list[tuple[tuple[int, ...], bool]] = field(default_factory=list)
+    """(input_ids shape, attention_mask given) of every model forward."""
+    clip_max_norms: list[float] = field(default_factory=list)
+    optimizer_groups: list[list[dict[str, Any]]] = field(default_factory=list)
+    """Per optimizer.step(): every param group's hyper-parameters (params left out)."""
+    phase: str = "setup"
+    """'infer' or 'train' while the driver is in one (set by the engine)."""
+    micro_batching: list[MicroBatching] = field(default_factory=list)
+    rows_per_train_batch: list[int] = field(default_factory=list)
+    loss_configs: list[Any] = field(default_factory=list)
+    """The actor config verl's loss function was bound to, per train_batch."""
+
+    def batching(self, phase: str) -> list[MicroBatching]:
+        return [b for b in self.micro_batching if b.phase == phase]
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    phase: str
+    by_tokens: bool
+    """verl returned the reordering indices of its token-balanced split (use_dynamic_bsz)."""
+    rows: tuple[int, ...]
+    tokens: tuple[int, ...]
+
+
+_ACTIVE: list[Observations] = []
+_patched = False
+
+BUILD_SITES: dict[str, str] = {}
+"""What built each kind of object verl asked torch for ('fsdp2 unit', 'fsdp1 module', 'optimizer') -> the first
+caller outside torch and this harness (verl's file:line): a read-back that disagrees names where it was built."""
+
+
+def _not_callers() -> tuple[str, ...]:
+    """torch's package and this harness's own packages: a build site is the first frame outside them."""
+    import parity.engines
+    import parity.harness.contract
+
+    roots = [Path(m.__file__).resolve().parent for m in (torch, parity.engines, parity.harness.contract)]
+    roots[-1] = roots[-1].parent  # the whole harness package, found from the one part an engine may import
+    return tuple(map(str, roots))
+
+
+def _caller_site() -> str:
+    import traceback
+
+    skipped = _not_callers()
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        filename = str(Path(frame.filename).resolve())
+        if not filename.startswith(skipped):
+            parts = Path(filename).parts
+            short = "/".join(parts[len(parts) - 1 - parts[::-1].index("verl"):]) if "verl" in parts else filename
+            return f"{short}:{frame.lineno} ({frame.name})"
+    return "unknown"
+
+
+def watch_builds() -> None:
+    """Record where torch's FSDP units, FSDP1 modules and optimizers are constructed (class-level, so it holds
+    however verl imported them); installed once per process, before verl builds its engine."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    for kind, cls in (("fsdp2 unit", FSDPParamGroup), ("fsdp1 module", FullyShardedDataParallel),
+                      ("optimizer", torch.optim.Optimizer)):
+        init = cls.__init__
+        if getattr(init, "_parity_watched", False):
+            continue
+
+        @functools.wraps(init)
+        def watched(self: Any, *args: Any, _init: Any = init, _kind: str = kind, **kwargs: Any) -> Any:
+            BUILD_SITES.setdefault(_kind, _caller_site())
+            return _init(self, *args, **kwargs)
+
+        watched._parity_watched = True  # type: ignore[attr-defined]
+        cls.__init__ = watched
+
+
+def _record_clip(max_norm: Any) -> None:
+    if _ACTIVE:
+        _ACTIVE[-1].clip_max_norms.append(float(max_norm))
+
+
+def _patch_clipping() -> None:
+    """Class- and module-level spies, installed once per process; they record into the active Observations."""
+    global _patched
+    if _patched:
+        return
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.nn.utils import clip_grad
+
+    clip_with_norm = clip_grad._clip_grads_with_norm_
+
+    @functools.wraps(clip_with_norm)
+    def spied_clip_with_norm(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
+        _record_clip(max_norm)
+        return clip_with_norm(parameters, max_norm, *args, **kwargs)
+
+    fsdp1_clip = FullyShardedDataParallel.clip_grad_norm_
+
+    @functools.wraps(fsdp1_clip)
+    def spied_fsdp1_clip(self: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
+        _record_clip(max_norm)
+        return fsdp1_clip(self, max_norm, *args, **kwargs)
+
+    clip_grad._clip_grads_with_norm_ = spied_clip_with_norm
+    FullyShardedDataParallel.clip_grad_norm_ = spied_fsdp1_clip
+    _patched = True
+
+
+def _spy_micro_batching(engine: Any, seen: Observations) -> None:
+    """In every module of the engine's class hierarchy that calls verl's prepare_micro_batches by name."""
+    import sys
+
+    modules = {cls.__module__: sys.modules[cls.__module__] for cls in type(engine).__mro__}
+    holders = [m for m in modules.values() if hasattr(m, "prepare_micro_batches")]
+    if not holders:
+        raise RuntimeError(f"no module of {type(engine).__name__}'s classes calls prepare_micro_batches: the verl "
+                           "read-backs of micro-batching cannot observe this verl")
+    for module in holders:
+        prepare = module.prepare_micro_batches
+
+        @functools.wraps(prepare)
+        def spied_prepare(*args: Any, _prepare: Any = prepare, **kwargs: Any) -> Any:
+            micro_batches, indices = _prepare(*args, **kwargs)
+            seen.micro_batching.append(MicroBatching(
+                phase=seen.phase, by_tokens=indices is not None, rows=tuple(len(mb) for mb in micro_batches),
+                tokens=tuple(int(mb["input_ids"].values().numel()) if mb["input_ids"].is_nested
+                             else int(mb["input_ids"].numel()) for mb in micro_batches)))
+            return micro_batches, indices
+
+        module.prepare_micro_batches = spied_prepare
+
+
+def observe(engine: Any, module: torch.nn.Module, optimizer: Any) -> Observations:
+    """Start recording what verl's `engine`, its `module` and `optimizer` are given."""
+    seen = Observations()
+    _ACTIVE.append(seen)
+    _patch_clipping()
+    _spy_micro_batching(engine, seen)
+
+    def before_forward(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if isinstance(ids, torch.Tensor):
+            seen.forward_inputs.append((tuple(ids.shape), kwargs.get("attention_mask") is not None))
+
+    module.register_forward_pre_hook(before_forward, with_kwargs=True)
+    if optimizer is not None:
+        step = optimizer.step
+
+        @functools.wraps(step)
+        def spied_step(*args: Any, **kwargs: Any) -> Any:
+            seen.optimizer_groups.append([{k: v for k, v in group.items() if k != "params"}
+                                          for group in optimizer.param_groups])
+            return step(*args, **kwargs)
+
+        optimizer.step = spied_step
+    return seen

@@ -1,0 +1,182 @@
+"""The read-backs the verl key table names (engines/verl/keys.py): each reads what verl built or did, from the
+engine's own objects or from what was observed while it ran (engines/verl/observe.py), never from the scenario.
+A rule returns the requested value when verl's effective value agrees with it (in any of verl's spellings), and
+the effective value otherwise, so that the judge's kwargs check names both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from parity.engines.verl.keys import DTYPE_NAMES, same_value
+
+NOT_READ = object()
+"""A key with no read-back that is not at verl's default: reported as not applied."""
+
+Rule = Callable[[Any, str, Any], Any]
+RULES: dict[str, Rule] = {}
+
+
+def rule(name: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        RULES[name] = fn
+        return fn
+    return register
+
+
+def read_back(engine: Any, key: str, requested: Any) -> Any:
+    """What verl did with one key (see the module docstring)."""
+    spec = engine.keys.read_back_for(key)
+    if spec is not None:
+        effective = RULES[spec.rule](engine, key, requested)
+        if spec.dropped_in and not same_value(effective, requested):
+            return f"{effective!r}: verl does not apply it ({spec.dropped_in})"
+        return effective
+    if key in engine.configs.defaults and same_value(requested, engine.configs.defaults[key]):
+        return _config_value(engine, key)
+    return NOT_READ
+
+
+def agreeing(requested: Any, effective: Any) -> Any:
+    return requested if same_value(requested, effective) else effective
+
+
+def built_at(kind: str) -> Callable[[Rule], Rule]:
+    """A rule whose disagreeing value names where verl built the object it reads (observe.BUILD_SITES)."""
+    def wrap(fn: Rule) -> Rule:
+        def located(engine: Any, key: str, requested: Any) -> Any:
+            from parity.engines.verl.observe import BUILD_SITES
+
+            effective = fn(engine, key, requested)
+            if same_value(effective, requested) or kind not in BUILD_SITES:
+                return effective
+            return f"{effective!r}, as built at {BUILD_SITES[kind]}"
+        located.__name__ = fn.__name__
+        return located
+    return wrap
+
+
+def unanimous(values: Iterable[Any], what: str) -> Any:
+    """The one value every unit / step shows; a mix is reported as such (it agrees with no request)."""
+    values = list(values)
+    seen = list(dict.fromkeys(repr(v) for v in values))
+    if not seen:
+        return f"no {what} observed"
+    if len(seen) > 1:
+        return f"mixed {what}: {', '.join(seen)}"
+    return values[0]
+
+
+def _config_value(engine: Any, key: str) -> Any:
+    """The value verl's built config dataclass holds for a key (for keys at verl's default only)."""
+    section, _, rest = key.partition(".")
+    node: Any = engine.configs.actor if section == "actor" else engine.configs.model
+    for part in rest.split("."):
+        node = node.get(part) if hasattr(node, "get") else getattr(node, part, None)
+    return node
+
+
+def _dtype_name(dtype: torch.dtype | None) -> str | None:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype) if dtype else None
+
+
+def _dtype_agreeing(requested: Any, dtype: torch.dtype | None) -> Any:
+    effective = _dtype_name(dtype)
+    return requested if DTYPE_NAMES.get(str(requested)) == effective else effective
+
+
+# ---- rules every verl engine has ----------------------------------------------------------------------------
+@rule("optimizer_lr")
+def optimizer_lr(engine: Any, key: str, requested: Any) -> Any:
+    lrs = [group["lr"] for step in engine.observed.optimizer_groups for group in step]
+    return agreeing(requested, unanimous(lrs, "learning rates"))
+
+
+@rule("optimizer_group")
+@built_at("optimizer")
+def optimizer_group(engine: Any, key: str, requested: Any) -> Any:
+    name = key.rsplit(".", 1)[-1]
+    values = [tuple(g[name]) if isinstance(g[name], (list, tuple)) else g[name]
+              for step in engine.observed.optimizer_groups for g in step]
+    effective = unanimous(values, f"optimizer {name}")
+    return agreeing(tuple(requested) if isinstance(requested, list) else requested, effective) \
+        if not isinstance(effective, str) else effective
+
+
+@rule("clip_threshold")
+def clip_threshold(engine: Any, key: str, requested: Any) -> Any:
+    return agreeing(requested, unanimous(engine.observed.clip_max_norms, "clip thresholds"))
+
+
+@rule("loss_config")
+def loss_config(engine: Any, key: str, requested: Any) -> Any:
+    """The value in the actor config verl's loss function was called with at each step (its effect on the loss is
+    judged numerically against the reference)."""
+    name = key.rsplit(".", 1)[-1]
+    bound = engine.observed.loss_configs
+    if not bound or any(config is None for config in bound):
+        return "no actor config bound to verl's loss function"
+    return agreeing(requested, unanimous([getattr(config, name) for config in bound], name))
+
+
+@rule("global_batch")
+def global_batch(engine: Any, key: str, requested: Any) -> Any:
+    """The sequences each train_batch got over all data-parallel ranks: the harness's driver hands the global
+    batch to verl in one update per step, as verl's trainer does for a mini-batch of that size (checked in the
+    numbers by the sequence-mean loss modes, which divide by it)."""
+    rows = engine.observed.rows_per_train_batch
+    return agreeing(requested, unanimous(rows, "train_batch sizes") * engine.engine.get_data_parallel_size()
+                    if rows else "no train_batch observed")
+
+
+@rule("micro_batches")
+def micro_batches(engine: Any, key: str, requested: Any) -> Any:
+    """From the micro-batches verl's prepare_micro_batches made for each train_batch."""
+    made = engine.observed.batching("train")
+    if not made:
+        return "no micro-batching observed"
+    if key.endswith("use_dynamic_bsz"):
+        return agreeing(requested, unanimous([m.by_tokens for m in made], "micro-batching modes"))
+    if key.endswith("ppo_micro_batch_size_per_gpu"):
+        if any(m.by_tokens for m in made):
+            return None if requested is None else "verl split the micro-batches by tokens"
+        return agreeing(requested, unanimous([r for m in made for r in m.rows], "micro-batch sizes"))
+    # ppo_max_token_len_per_gpu: verl balances by tokens; no micro-batch may exceed the budget (x ulysses size)
+    if not all(m.by_tokens for m in made):
+        return "verl split the micro-batches by rows"
+    budget = float(requested) * engine.sequence_parallel_size()
+    largest = max(t for m in made for t in m.tokens)
+    return requested if largest <= budget else f"a micro-batch of {largest} tokens (budget {budget:g})"
+
+
+@rule("backend")
+def backend(engine: Any, key: str, requested: Any) -> Any:
+    return agreeing(requested, engine.built_backend())
+
+
+@rule("packed_path")
+def packed_path(engine: Any, key: str, requested: Any) -> Any:
+    """True when every forward got one packed row without a mask, False when every forward got padded rows."""
+    shapes = engine.observed.forward_inputs
+    if not shapes:
+        return "no forward observed"
+    packed = {shape[0] == 1 and not masked for shape, masked in shapes}
+    return agreeing(requested, packed.pop()) if len(packed) == 1 else "mixed packed and padded forwards"
+
+
+@rule("gradient_checkpointing")
+def gradient_checkpointing(engine: Any, key: str, requested: Any) -> Any:
+    return agreeing(requested, bool(getattr(engine.hf_model(), "is_gradient_checkpointing", False)))
+
+
+@rule("hf_config")
+def hf_config(engine: Any, key: str, requested: Any) -> Any:
+    name = key.split("override_config.", 1)[1]
+    config = engine.hf_model().config
+    attribute = "_attn_implementation" if name == "attn_implementation" else name
+    for part in attribute.split("."):
+        config = getattr(config, part, None) if not isinstance(config, dict) else config.get(part)
+    return agreeing(requested, config)

@@ -1,0 +1,55 @@
+"""verl's MindSpeed engine in the emulated NPU lane: scenarios/emulated_npu_verl.yaml run over the real MindSpeed
+source (PARITY_MINDSPEED_SRC) and the emulated torch_npu; the record must show verl's MindSpeed engine class,
+MindSpeed's patches and its fused attention, and verl's Ascend code path. SKIPs where PARITY_MINDSPEED_SRC is not
+set or verl is not installed (verl has its own lane: it pins transformers < 5.11)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from parity.engines.verl import source
+from tests.emulated_npu import lane
+
+pytestmark = [pytest.mark.emulated_npu,
+              pytest.mark.skipif(source.problem() is not None, reason=f"verl: {source.problem()}")]
+
+SCENARIOS = lane.REPO / "scenarios" / "emulated_npu_verl.yaml"
+
+
+@pytest.fixture(scope="module")
+def verl_rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    src = lane.mindspeed_source()
+    lane.skip_on_bad_megatron_pairing(src)
+    out = tmp_path_factory.mktemp("verl-lane")
+    done = lane.run_harness(["-m", "parity.harness.cli", "run", str(SCENARIOS), "--out", str(out)], src)
+    found = lane.results(out)
+    assert found, f"the lane wrote no results:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return found
+
+
+def test_verl_mindspeed_rows_pass_or_are_marked_broken(verl_rows: dict[str, dict[str, Any]]) -> None:
+    for scenario_id, row in verl_rows.items():
+        if row["verdict"] == "SKIP":
+            assert any("marked broken" in r for r in row["reasons"]), (scenario_id, row["reasons"])
+        else:
+            assert row["verdict"] == "PASS", (scenario_id, row["reasons"])
+    assert any(row["verdict"] == "PASS" for row in verl_rows.values())
+
+
+def test_records_show_verls_mindspeed_engine_on_mindspeeds_fused_attention(
+        verl_rows: dict[str, dict[str, Any]]) -> None:
+    ran = {k: v for k, v in verl_rows.items() if v["verdict"] != "SKIP"}
+    assert ran
+    for scenario_id, row in ran.items():
+        provenance = row["record"]["provenance"]
+        verl = provenance["verl"]
+        assert verl["engine_class"] == "verl.workers.engine.mindspeed.transformer_impl.MindspeedEngineWithLMHead"
+        assert "emulated-npu-available" in verl["shims"] and "mbridge-local-spec" not in verl["shims"]
+        mindspeed = provenance["mindspeed"]
+        assert mindspeed["patches"] > 0 and mindspeed["fused_ops_source"] == "emulated torch_npu"
+        assert mindspeed["fused_ops"].get("npu_fusion_attention", 0) > 0, (scenario_id, mindspeed["fused_ops"])
+        # mbridge's TE spec, built from MindSpeed's TE stand-ins
+        assert all(c.startswith("mindspeed.") for c in mindspeed["attention"]["linear_qkv"]), mindspeed
+

@@ -1,0 +1,129 @@
+"""The verl scenario keys, before anything runs: the verbatim actor_rollout_ref tree is flattened, keys that restate
+a scenario field set it or must agree with it, and what the harness cannot follow or verify is bad input (exit 2).
+Torch-free and verl-free checks; those that need verl's own config run where verl is installed."""
+
+from __future__ import annotations
+
+import pytest
+
+from parity.engines.verl import source
+from parity.engines.verl.keys import FSDP, flatten, prepare, same_value
+from parity.harness.config.errors import ScenarioError
+from parity.harness.config.matrix import load_file
+from tests.conftest import run_cli
+
+needs_verl = pytest.mark.skipif(source.problem() is not None, reason=f"verl lane only: {source.problem()}")
+
+
+def _scenario(write_yaml, body: str, strategy: str = "verl_fsdp"):
+    path = write_yaml(f"""
+        defaults: {{device: cpu}}
+        matrix:
+          - model: tiny-qwen3
+            strategy: {strategy}
+            layout: {{dp: 2}}
+{body}
+        """)
+    return path, load_file(path)
+
+
+def test_nested_and_dotted_keys_flatten_to_one_dotted_key_per_leaf():
+    flat, problems = flatten({"actor": {"optim": {"lr": 1e-6}, "fsdp_config.reshard_after_forward": False,
+                                        "fsdp_config": {"mixed_precision": {"param_dtype": "bf16"}}},
+                              "model.override_config": {"attn_implementation": "sdpa"}, "model.lora": {}})
+    assert problems == []
+    assert flat == {"actor.optim.lr": 1e-6, "actor.fsdp_config.reshard_after_forward": False,
+                    "actor.fsdp_config.mixed_precision.param_dtype": "bf16",
+                    "model.override_config.attn_implementation": "sdpa", "model.lora": {}}
+
+
+def test_a_key_given_twice_is_refused():
+    _, problems = flatten({"actor": {"optim.lr": 1e-6, "optim": {"lr": 2e-6}}})
+    assert problems and "given twice" in problems[0][1]
+
+
+def test_keys_outside_actor_and_model_are_refused():
+    _, problems = prepare({"actor_rollout_ref": {"rollout": {"n": 4}}}, FSDP)
+    assert problems == [("actor_rollout_ref.rollout.n", "the verl engines read actor_rollout_ref's actor and model "
+                                                        "sections only")]
+
+
+def test_a_verl_key_sets_the_scenario_field_it_restates():
+    out, problems = prepare({"actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}, "clip_ratio_high": 0.28}}}, FSDP)
+    assert problems == []
+    assert out["workload"]["lr"] == 1e-6 and out["workload"]["clip_ratio"] == 0.28
+    # every other key restating the same field is written with the derived value
+    assert out["actor_rollout_ref"]["actor.clip_ratio_low"] == 0.28
+
+
+def test_the_scenario_field_is_written_into_the_verl_tree_when_verl_key_is_absent():
+    out, _ = prepare({"dtype": "bf16", "workload": {"lr": 3e-5}, "actor_rollout_ref": {}}, FSDP)
+    tree = out["actor_rollout_ref"]
+    assert tree["actor.optim.lr"] == 3e-5
+    assert tree["actor.fsdp_config.mixed_precision.param_dtype"] == "bfloat16"
+    assert tree["actor.optim.weight_decay"] == 0.0  # the workload's default, not verl's 0.01
+
+
+def test_a_verl_key_disagreeing_with_the_scenario_is_refused():
+    _, problems = prepare({"workload": {"lr": 1e-4}, "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}}}}, FSDP)
+    assert problems == [("actor_rollout_ref.actor.optim.lr",
+                         "1e-06 disagrees with the scenario's workload.lr 0.0001: give it once")]
+    _, problems = prepare({"actor_rollout_ref": {"actor": {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28}}}, FSDP)
+    assert problems and problems[0][0] == "actor_rollout_ref.actor.clip_ratio_high"
+
+
+def test_dtype_spellings_are_one_value():
+    assert same_value("bfloat16", "bf16") and same_value("fp32", "float32") and not same_value("bf16", "fp16")
+    assert same_value([0.9, 0.999], (0.9, 0.999)) and same_value(1, 1.0)
+    assert not same_value(True, 1) and not same_value(0, False)
+
+
+def test_refused_keys_are_bad_input_naming_the_key(write_yaml):
+    with pytest.raises(ScenarioError, match=r"actor_rollout_ref\.actor\.use_kl_loss.*no KL term"):
+        path, scenarios = _scenario(write_yaml, "            actor_rollout_ref: {actor: {use_kl_loss: true}}")
+        from parity.harness.config.validate import check_scenario
+
+        check_scenario(scenarios[0].model_copy(update={"source": str(path)}))
+
+
+def test_a_bad_verl_block_exits_2_naming_file_scenario_and_key(write_yaml):
+    path = write_yaml("""
+        matrix:
+          - {model: tiny-qwen3, strategy: verl_fsdp, layout: {dp: 2},
+             actor_rollout_ref: {actor: {strategy: megatron}}}
+        """)
+    result = run_cli("list", str(path))
+    assert result.returncode == 2
+    assert str(path) in result.stderr and "tiny-qwen3/verl_fsdp" in result.stderr
+    assert "actor_rollout_ref.actor.strategy" in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_verl
+@pytest.mark.parametrize(("key", "message"), [
+    ("actor: {fsdp_config: {reshard_after_foward: false}}",
+     "actor_rollout_ref.actor.fsdp_config.reshard_after_foward.*has no field 'reshard_after_foward' "
+     r"\(did you mean 'reshard_after_forward'\?\)"),
+    ("actor: {loss_agg_mode: token-meen}",
+     r"actor_rollout_ref\.actor\.loss_agg_mode.*'token-meen' cannot be the scenario's workload\.loss_agg_mode"),
+    ("actor: {ppo_micro_batch_size_per_gpu: 1, fsdp_config: {entropy_checkpointing: true}}",
+     r"actor_rollout_ref\.actor\.fsdp_config\.entropy_checkpointing.*no read-back"),
+    ("actor: {fsdp_config: {reshard_after_forward: false}}",  # verl's own check: micro-batches must be set
+     r"actor_rollout_ref\.actor.*verl rejects it: \[actor\] Please set at least one of"),
+])
+def test_verl_rejects_what_verl_would_reject(write_yaml, key, message):
+    path = write_yaml(f"""
+        matrix:
+          - {{model: tiny-qwen3, strategy: verl_fsdp, layout: {{dp: 2}}, actor_rollout_ref: {{{key}}}}}
+        """)
+    result = run_cli("list", str(path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert __import__("re").search(message, result.stderr), result.stderr
+
+
+def test_without_verl_the_rows_skip_naming_what_is_missing(monkeypatch):
+    monkeypatch.setattr(source, "problem", lambda: "verl is not installed (pip install -e '.[verl]')")
+    from parity.harness.config.validate import skip_reason
+    from tests.conftest import REPO
+
+    scenario = next(iter(load_file(REPO / "scenarios" / "verl.yaml")))
+    assert "verl is not installed" in (skip_reason(scenario) or "")

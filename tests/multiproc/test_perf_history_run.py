@@ -10,12 +10,12 @@ from parity.harness.run.worker import _rank_provenance
 from parity.reports import results
 
 GATED = """matrix:
-  - {model: tiny-qwen3, strategy: hf, name: gate-fail, perf: {max_slowdown: 0.05}}
-  - {model: tiny-qwen3, strategy: hf, name: gate-warn, perf: {max_memory_growth: 0.10, on_breach: warn}}
-  - {model: tiny-qwen3, strategy: hf, name: gate-few, perf: {max_slowdown: 0.05}}
-  - {model: tiny-qwen3, strategy: hf, name: no-gate}
+  - {model: tiny-llama, strategy: hf, name: gate-fail, perf: {max_slowdown: 0.05}}
+  - {model: tiny-llama, strategy: hf, name: gate-warn, perf: {max_memory_growth: 0.10, on_breach: warn}}
+  - {model: tiny-llama, strategy: hf, name: gate-few, perf: {max_slowdown: 0.05}}
+  - {model: tiny-llama, strategy: hf, name: no-gate}
 """
-IDS = [f"tiny-qwen3/hf/single/fp32/cpu+{name}" for name in ("gate-fail", "gate-warn", "gate-few", "no-gate")]
+IDS = [f"tiny-llama/hf/single/fp32/cpu+{name}" for name in ("gate-fail", "gate-warn", "gate-few", "no-gate")]
 
 
 def test_gates_fail_or_warn_against_earlier_runs_of_the_same_provenance(write_yaml, tmp_path, cache_dir, capsys):

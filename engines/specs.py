@@ -107,7 +107,8 @@ VERL_MEGATRON = EngineSpec(
     name="verl_megatron", engine="parity.engines.verl.megatron:VerlMegatronEngine",
     summary="verl's own MegatronEngineWithLMHead (megatron-core through mbridge) from verl's config, driven by "
             "verl's engine API",
-    dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS,
+    dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
+    packings=PACKINGS,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
     requires=(MEGATRON_CORE, MBRIDGE), environment_check="parity.engines.verl.source:problem",
     preload=(*VERL_PRELOAD, "megatron.core", "parity.engines.verl.megatron"))
@@ -115,7 +116,8 @@ VERL_MEGATRON = EngineSpec(
 VERL_MINDSPEED = EngineSpec(
     name="verl_mindspeed", engine="parity.engines.verl.megatron:VerlMindSpeedEngine",
     summary="verl's MindspeedEngineWithLMHead (its Megatron engine with MindSpeed's repatch), Ascend NPU",
-    dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS,
+    dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
+    packings=PACKINGS,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
     requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",
                                                 why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),

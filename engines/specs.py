@@ -108,6 +108,7 @@ VERL_MEGATRON = EngineSpec(
     summary="verl's own MegatronEngineWithLMHead (megatron-core through mbridge) from verl's config, driven by "
             "verl's engine API",
     dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
+    packings=PACKINGS,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
     requires=(MEGATRON_CORE, MBRIDGE), environment_check="parity.engines.verl.source:problem",
     preload=(*VERL_PRELOAD, "megatron.core", "parity.engines.verl.megatron"))
@@ -116,6 +117,7 @@ VERL_MINDSPEED = EngineSpec(
     name="verl_mindspeed", engine="parity.engines.verl.megatron:VerlMindSpeedEngine",
     summary="verl's MindspeedEngineWithLMHead (its Megatron engine with MindSpeed's repatch), Ascend NPU",
     dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
+    packings=PACKINGS,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
     requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",
                                                 why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),

@@ -41,11 +41,13 @@ TINY_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "tiny-mixtral": ("MixtralConfig", {"rope_theta": 1e6 + 0.5, "num_local_experts": 4, "num_experts_per_tok": 2}),
 }
 
-#: tiny-qwen3's weights saved in bf16, as released checkpoints are, so that a bf16 engine's params hold the checkpoint
-#: exactly. An engine that starts its fp32 master weights from its bf16 params (verl's Megatron engine: mbridge loads
-#: the HF tensors into the bf16 params, Megatron's optimizer copies its masters from them) starts, from an fp32
-#: checkpoint, at the rounded weights, where the hf_master_weights baseline starts at the checkpoint (docs/verl.md)
-TINY_MODELS["tiny-qwen3-bf16"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"][1], "checkpoint_dtype": "bfloat16"})
+#: tiny-qwen3 as released checkpoints are: weights saved in bf16, so that a bf16 engine's params hold the checkpoint
+#: exactly (an engine that starts its fp32 master weights from its bf16 params, as verl's Megatron engine does through
+#: mbridge, starts from an fp32 checkpoint at the rounded weights, where the hf_master_weights baseline starts at the
+#: checkpoint: docs/verl.md), and the embedding padded to a multiple of 128 (Qwen3's 151936 rows for 151669 tokens),
+#: which verl's vanilla-mbridge path needs: it builds Megatron's GPTModel with the HF vocab_size as is
+TINY_MODELS["tiny-qwen3-bf16"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"][1], "checkpoint_dtype": "bfloat16",
+                                                  "vocab_size": 256})
 
 SEED_FOR_WEIGHTS = 20261130
 

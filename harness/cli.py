@@ -79,6 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         publish(options.out_dir, collected, time.perf_counter() - started, early=early, history=options.history)
     except OSError as exc:  # the out dir stopped taking writes (disk full, removed): say so, show what finished
         runner.close()
+        early.figures([])  # stops the background figure worker: there is no page to draw for
         print_report(collected, time.perf_counter() - started)
         raise ScenarioError(f"--out {options.out_dir}: cannot write the results: {exc}") from None
     return EXIT_FAILED if any(r["verdict"] in ("FAIL", "ERROR") for r in collected) else EXIT_OK

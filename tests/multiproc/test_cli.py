@@ -107,23 +107,18 @@ def test_golden_and_single_rank_references(passing_run, write_yaml, tmp_path, ca
 
 def test_a_full_disk_mid_run_exits_2_naming_it_after_the_table_of_what_finished(write_yaml, tmp_path, cache_dir,
                                                                                 monkeypatch, capsys):
-    """The out dir takes the first result, then no more (ENOSPC): no traceback, both rows on the terminal."""
+    """The out dir takes no result (ENOSPC once the run is going): no traceback, the row on the terminal."""
     import errno
 
     from parity.reports import results
 
-    append, written = results.append, []
+    def full(out_dir, result):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out_dir / "results.jsonl"))
 
-    def fills_up(out_dir, result):
-        if written:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out_dir / "results.jsonl"))
-        written.append(result["id"])
-        append(out_dir, result)
-
-    monkeypatch.setattr(results, "append", fills_up)
-    two = "matrix:\n  - {model: tiny-qwen3, strategy: hf, name: a}\n  - {model: tiny-qwen3, strategy: hf, name: b}\n"
-    assert main(["run", str(write_yaml(two)), "--out", str(tmp_path / "out"), "--cache-dir", str(cache_dir)]) == 2
+    monkeypatch.setattr(results, "append", full)
+    one = "matrix:\n  - {model: tiny-qwen3, strategy: hf, name: a}\n"
+    assert main(["run", str(write_yaml(one)), "--out", str(tmp_path / "out"), "--cache-dir", str(cache_dir)]) == 2
     captured = capsys.readouterr()
     assert "cannot write the results" in captured.err and "No space left on device" in captured.err
-    assert "tiny-qwen3/hf/single/fp32/cpu+a" in captured.out and "tiny-qwen3/hf/single/fp32/cpu+b" in captured.out
-    assert "2 scenarios" in captured.out
+    assert "tiny-qwen3/hf/single/fp32/cpu+a" in captured.out and "1 scenarios" in captured.out
+    assert "Traceback" not in captured.err

@@ -53,7 +53,7 @@ def test_an_entry_is_reused_and_a_corrupt_one_is_recomputed_naming_it(tmp_path, 
 
 
 def _ask(entry: Path, log: Path, out: Path) -> None:
-    record = ref_cache.get_or_compute(entry, computes(entry, log, delay=1.0))
+    record = ref_cache.get_or_compute(entry, computes(entry, log, delay=0.5))
     out.write_text(repr(record.steps))
 
 
@@ -67,7 +67,7 @@ def test_two_processes_compute_an_absent_entry_once(tmp_path, monkeypatch, lock)
     procs = [fork.Process(target=_ask, args=(entry, log, tmp_path / f"out{i}")) for i in range(2)]
     for proc in procs:
         proc.start()
-        time.sleep(0.2)  # the second asks while the first computes
+        time.sleep(0.1)  # the second asks while the first computes
     for proc in procs:
         proc.join(timeout=60)
     assert [p.exitcode for p in procs] == [0, 0]

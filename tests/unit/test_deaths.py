@@ -47,3 +47,23 @@ def test_ranks_the_launcher_killed_itself_are_not_deaths(tmp_path):
     deaths = rank_deaths(tmp_path, 3, {0: Ending(T, 1), 1: Ending(T + 0.5, -9), 2: Ending(T + 0.5, -9)},
                          spared=frozenset({1, 2}))
     assert [d.rank for d in deaths] == [0]
+
+
+def test_torchrun_s_own_failure_report_names_the_signal_and_the_workers_it_closed(tmp_path):
+    """A torchrun worker is not the harness's child: its exit code comes from torchrun's report (rendered here by
+    torch's own ChildFailedError), and the workers torchrun closes after the failure are not blamed."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from parity.harness.run.launch import _RankWatch
+
+    report = ChildFailedError("parity.harness.run.worker", {
+        1: ProcessFailure(local_rank=1, pid=4321, exitcode=-signal.SIGSEGV, error_file="")}).format_msg()
+    log = tmp_path / "node0.log"
+    log.write_text(f"W1203 Sending process 1234 closing signal SIGTERM\n{report}\n")
+    watch = _RankWatch(tmp_path)
+    watch.pids, watch.gone = {0: 1234, 1: 4321}, {1: T + 0.003, 0: T + 0.2}
+    _raised(tmp_path, 0, T, "RuntimeError: Connection closed by peer")
+    endings, spared = watch.torchrun_view([log])
+    assert endings[1] == Ending(T + 0.003, -signal.SIGSEGV) and spared == frozenset({0})
+    deaths = rank_deaths(tmp_path, 2, endings, spared)
+    assert describe(deaths).startswith("rank 1 died first: killed by SIGSEGV (signal 11); then rank 0: RuntimeError")

@@ -103,6 +103,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         raise ScenarioError(f"cannot read results: {exc}") from None
     out = Path(args.out)
+    writable_out_dir(out)
     if out.resolve() not in [Path(d).resolve() for d in args.dirs]:
         results_file.reset(out)
         for result in merged:
@@ -143,6 +144,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.html:
         from parity.reports import html
 
+        writable_out_dir(Path(args.out))
         page = html.render(list(runs[-1].results.values()), title=f"Parity history: {runs[-1].label}",
                            trends=history.trend_figures(runs, flags), drift=[flag.line() for flag in flags])
         print(f"report: {html.write(Path(args.out), page)}")

@@ -13,7 +13,7 @@ from tabulate import tabulate
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.selection import check_runnable, scenario_files, select
 from parity.harness.config.validate import skip_reason
-from parity.harness.options import RunOptions, slug
+from parity.harness.options import RunOptions, slug, writable_out_dir
 
 # parity.harness.judge.golden and the runner import torch: each command imports what it uses (`parity --help`
 # and a bad argument exit without it)
@@ -28,6 +28,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise ScenarioError(f"no scenario matches -k {args.k!r}" if args.k else "the files hold no scenarios")
     check_runnable(scenarios)
     out = Path(args.out)
+    writable_out_dir(out)
     runner = Runner(RunOptions(out_dir=out, cache_dir=Path(args.cache_dir)), scenarios)
     recorded: dict[str, str] = {}
     failed = 0

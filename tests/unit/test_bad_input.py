@@ -125,3 +125,13 @@ def test_require_of_a_file_that_does_not_exist_is_bad_input(write_yaml, tmp_path
     assert main(["run", str(write_yaml(HF_ROW)), "--out", str(tmp_path / "out"), "--require",
                  str(tmp_path / "cpu.yml")]) == 2
     assert f"--require {tmp_path / 'cpu.yml'}: no such scenario file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["report", "history --html"])
+def test_report_and_history_refuse_an_unusable_out_dir(command, tmp_path, capsys):
+    from parity.reports import results
+
+    results.append(tmp_path / "run", {"id": "a", "verdict": "PASS", "metrics": {}})
+    (tmp_path / "taken").write_text("")
+    assert main([*command.split(), str(tmp_path / "run"), "--out", str(tmp_path / "taken")]) == 2
+    assert "a file is there" in capsys.readouterr().err

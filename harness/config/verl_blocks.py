@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from parity.harness.config.registry import SPECS
+
 #: verl precision spellings (verl/utils/torch_dtypes.py PrecisionType) -> the scenario's dtype names
 PRECISION = {"fp32": "fp32", "float32": "fp32", "32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
              "fp16": "fp16", "float16": "fp16", "16": "fp16"}
@@ -130,14 +132,14 @@ _MUON_ONLY = "read only by verl's Muon optimizer (optimizer: muon)"
 _TURBO_ONLY = "read only by verl's fsdp_turbo strategy (Ascend FSDPTurbo), which no harness engine implements"
 _REPLAY_ONLY = "read only with router_replay.mode other than disabled"
 
+#: McoreEngineConfig's sizes that verl leaves Optional (null: no VPP; Megatron's etp = tp)
+_OPTIONAL_SIZES = ("virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size")
+
 MEGATRON: dict[str, Rule] = {
-    "tensor_model_parallel_size": To("layout.tp", _layout_degree),
-    "pipeline_model_parallel_size": To("layout.pp", _layout_degree),
-    "virtual_pipeline_model_parallel_size": To("layout.vpp", _optional_degree),
-    "context_parallel_size": To("layout.cp", _layout_degree),
-    "expert_model_parallel_size": To("layout.ep", _layout_degree),
-    "expert_tensor_parallel_size": To("layout.etp", _optional_degree),
-    "sequence_parallel": To("layout.sequence_parallel", _flag),
+    # McoreEngineConfig names Megatron's own sizes: the megatron spec's layout-owned keys (engines/specs.py)
+    **{name: To(where, _flag if where == "layout.sequence_parallel"
+                else _optional_degree if name in _OPTIONAL_SIZES else _layout_degree)
+       for name, where in SPECS["megatron"].layout_keys.items()},
     "use_distributed_optimizer": To("mcore_kwargs.use_distributed_optimizer", _flag),
     "override_transformer_config": Merge("mcore_kwargs"),
     "override_ddp_config": Merge("mcore_kwargs"),

@@ -5,20 +5,22 @@ MemoryTraits (how it shards, loads and micro-batches).
 Two peaks, the larger counts:
 
 - training: the rank's states (weights, fp32 gradients, AdamW moments and fp32 masters, each divided as the layout
-  and engine shard them; host-offloaded optimizer states left out) + the activations it keeps for backward
-  (micro-batches in flight x the tokens of one micro-batch x what each layer saves, divided by tp under sequence
-  parallel and by cp / ulysses; recompute keeps only layer inputs plus one recomputed group) + the logits of the
-  last stage + transients (FSDP's gathered layer and its unsharded gradients, MoE dispatch buffers, the
-  optimizer step's temporaries);
+  and engine shard them; host-offloaded optimizer states left out) + the largest of three phases: the start of
+  backward (the gradient buffer where the engine keeps one, the activations it saved — micro-batches in flight x
+  the tokens of one micro-batch x what each layer saves, divided by tp under sequence parallel and by cp /
+  ulysses; recompute keeps only layer inputs — the loss's vocabulary-wide tensors on the last stage, MoE dispatch
+  buffers, FSDP's gathered layer), a recomputed group during backward, and the optimizer step (every gradient,
+  one layer's unsharded, the step's temporaries);
 - loading: per MemoryTraits.load, the whole model on every rank (replicated), the rank's shard plus one tensor
   being broadcast (rank0_broadcast, verl's way), or the rank's shard plus one tensor being read (sharded_read).
 
 What a layer saves is counted per tensor for a decoder layer with GQA, RMSNorm and a SwiGLU (or top-k routed
-SwiGLU experts) MLP, flash attention on an accelerator (no s x s term) and the materialised attention matrix on
-CPU; Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models") give the SP / TP /
-pipeline rules. Workspace, fragmentation, communication buffers and the framework's own context (~1-3 GB per NPU)
-come on top, so a plan above FIT_FRACTION of HBM is flagged. docs/ascend.md has the CPU measurements it was
-checked against (benchmarks/memory_plan.py).
+SwiGLU experts) MLP, flash attention on an accelerator (no s x s term) and, on CPU, the engine's own path
+(MemoryTraits.cpu_layer_factor; Megatron's local attention materialises the attention matrix); Korthikanti et
+al. 2022 ("Reducing Activation Recomputation in Large Transformer Models") give the SP / TP / pipeline rules.
+Workspace, fragmentation, communication buffers and the framework's own context (~1-3 GB per NPU) come on top, so
+a plan above FIT_FRACTION of HBM is flagged. docs/ascend.md has the CPU measurements it was checked against
+(benchmarks/memory_plan.py).
 """
 
 from __future__ import annotations
@@ -93,10 +95,6 @@ class ModelDims:
         """Elements of the largest single weight: the embedding or head, a dense MLP projection, or transformers'
         fused expert gate_up tensor [experts, 2 x expert_ffn, hidden]."""
         return max(self.vocab * self.hidden, self.ffn * self.hidden, self.experts * 2 * self.expert_ffn * self.hidden)
-
-
-# kept for callers of the parameter counts alone
-ParamCounts = ModelDims
 
 
 @dataclass(frozen=True, slots=True)

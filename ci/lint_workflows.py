@@ -258,7 +258,7 @@ def contract_findings(paths: list[str], root: Path = ROOT) -> list[Finding]:
         for name, message in _switch_problems(jobs, ascend):
             findings.append(Finding(path, *locate(path, f"$.jobs.{name}"), "ascend-contract", message))
         for key, message in _chip_name_problems(workflow):
-            findings.append(Finding(path, 1, 1, "ascend-contract", f"{key}: {message}"))
+            findings.append(Finding(path, *locate(path, key), "ascend-contract", f"{key}: {message}"))
         findings += [Finding(path, *locate(path, at), kind, message) for at, kind, message in
                      _schedule_problems(workflow) + _golden_problems(workflow)]
     return findings

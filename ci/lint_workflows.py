@@ -41,6 +41,7 @@ Exit 0: clean; 1: findings (printed as `file:line:col: [kind] message`); 2: a li
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -225,17 +226,24 @@ def lanes(workflow: dict) -> list[Lane]:
     return found
 
 
-def lane_scenarios(lane: Lane, root: Path = ROOT) -> list:
-    """The scenarios a lane runs (rows marked broken are listed but never run)."""
+@functools.cache
+def _scenario_file(path: Path, mtime_ns: int) -> tuple:
+    """A scenario file's expanded scenarios, read once per process (every lane of every workflow reads them)."""
     try:
         from parity.harness.config.matrix import load_file
-        from parity.harness.config.selection import matches
     except ImportError as exc:
         raise LinterUnavailable(f"the harness is not importable ({exc}): the lane checks read its scenario files; "
                                 "run the linter in the harness's venv") from None
+    return tuple(load_file(path))
+
+
+def lane_scenarios(lane: Lane, root: Path = ROOT) -> list:
+    """The scenarios a lane runs (rows marked broken are listed but never run)."""
+    from parity.harness.config.selection import matches
+
     found = []
     for path in lane.files:
-        for scenario in load_file(root / path):
+        for scenario in _scenario_file(root / path, (root / path).stat().st_mtime_ns):
             if matches(lane.markers, " ".join(scenario.marks)) and (not lane.select or
                                                                    matches(lane.select, scenario.id)):
                 found.append(scenario)

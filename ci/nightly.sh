@@ -4,14 +4,22 @@
 #
 #   ci/nightly.sh DEVICE LANE     DEVICE: npu (self-hosted Ascend runner) or cpu (GitHub-hosted ubuntu)
 #
-# Environment: PARITY_FILES   scenario files, space-separated (required)
-#              PARITY_MARKERS pytest -m expression (default: nightly; set it empty to run every scenario)
-#              PARITY_SELECT  the lane's own pytest -k expression on scenario ids (optional)
-#              PARITY_K       a further -k expression, e.g. from a manual dispatch (optional; ANDed)
-#              PARITY_WORKERS pytest-xdist workers (default 1): >1 runs scenarios side by side, each leasing its
-#                             own cards (harness/run/cards.py), e.g. two 8-card scenarios on a 16-card node
-# Fails when pytest fails, collects nothing, or skips every scenario it collected: a nightly that ran nothing
-# (say, a model-path variable missing on the runner) must not be green.
+# Environment: PARITY_FILES      scenario files, space-separated (required)
+#              PARITY_MARKERS    pytest -m expression (default: nightly; set it empty to run every scenario)
+#              PARITY_SELECT     the lane's own pytest -k expression on scenario ids (optional)
+#              PARITY_K          a further -k expression, e.g. from a manual dispatch (optional; ANDed)
+#              PARITY_WORKERS    scenarios run side by side (default 1), each pytest process a shard of the lane
+#                                (--parity-shard I/N) leasing its own cards (harness/run/cards.py), e.g. two 8-card
+#                                scenarios on a 16-card node
+#              PARITY_HCCL_HOST_PORTS, PARITY_HCCL_NPU_PORTS
+#                                one HCCL port range per worker ("60000-60099 60100-60199"): each concurrent
+#                                scenario's HCCL gets its own HCCL_HOST_SOCKET_PORT_RANGE / HCCL_NPU_SOCKET_PORT_RANGE
+#                                (required with PARITY_WORKERS > 1 on npu)
+#              PARITY_WHEELHOUSE npu: the wheelhouse the lane installs from, with no package index (default:
+#                                wheelhouse/, the workflow's parity-wheelhouse artifact built by ci/wheelhouse.sh)
+# On npu every row the lane selects must run (--parity-require FILE): a row that would SKIP (a model path unset, a
+# package missing from the image) is an ERROR. Fails when pytest fails, collects nothing, or skips every scenario:
+# a nightly that ran nothing must not be green.
 set -euo pipefail
 usage="usage: ci/nightly.sh npu|cpu LANE"
 device=${1:?$usage}
@@ -21,6 +29,22 @@ venv="${RUNNER_TEMP:-$(mktemp -d)}/parity-venv-$lane"
 out="parity-out/$lane"
 summary=${GITHUB_STEP_SUMMARY:-/dev/null}
 
+fail() {
+  echo "::error title=nightly lane $lane::$1"
+  {
+    # shellcheck disable=SC2016  # the backticks are Markdown
+    printf '### Nightly lane `%s`: FAILED\n\n%s\n\n' "$lane" "$1"
+    if [ -f "$out/pytest.log" ]; then
+      printf '<details><summary>last lines of pytest.log</summary>\n\n```\n'
+      tail -n 40 "$out/pytest.log"
+      printf '```\n</details>\n'
+    fi
+  } >>"$summary"
+  exit 1
+}
+
+read -ra files <<<"${PARITY_FILES:?PARITY_FILES must name the scenario files of the lane}"
+args=(--parity-device "$device")
 case "$device" in
   npu)
     # CANN: verl's images export it in login shells only (/etc/profile.d); a step's `bash` is not one, so source the
@@ -30,16 +54,22 @@ case "$device" in
       # shellcheck disable=SC1090
       if [ -f "$env_script" ]; then set +eu; . "$env_script"; set -eu; fi
     done
-    # torch, torch_npu and MindSpeed come from the image: keep them visible and install only the harness
-    # (no CPU constraints here: they pin the CPU torch). Pin torch to the image's own build, so that pip fails
-    # loudly instead of replacing it with a PyPI torch that torch_npu was not built against.
+    # torch, torch_npu, MindSpeed and Megatron come from the image: keep them visible and install the harness from
+    # the wheelhouse alone (--no-index: no package index is reached from the image, whatever PIP_INDEX_URL the
+    # runner sets), pinning torch to the image's own build so that nothing replaces what torch_npu was built for.
+    wheelhouse=${PARITY_WHEELHOUSE:-wheelhouse}
+    [ -d "$wheelhouse" ] || fail "no wheelhouse at $wheelhouse (the parity-wheelhouse artifact, ci/wheelhouse.sh)"
     python3 -m venv --clear --system-site-packages "$venv"
     # shellcheck disable=SC1091
     . "$venv/bin/activate"
     python -c 'from importlib.metadata import version; print("torch==" + version("torch"))' >"$venv/image-torch.txt"
-    pip install --progress-bar off -e . -c "$venv/image-torch.txt"
+    pip install --progress-bar off --no-index --find-links "$wheelhouse" -c "$venv/image-torch.txt" parity-harness \
+      || fail "installing the harness from $wheelhouse without a package index failed (above): the image lacks a \
+dependency the wheelhouse does not carry for its Python / platform"
+    python ci/check_install.py || fail "the installed harness cannot import what it needs (above)"
     python -c 'import torch, torch_npu
 print("torch", torch.__version__, "torch_npu", torch_npu.__version__, "NPUs", torch_npu.npu.device_count())'
+    for file in "${files[@]}"; do args+=(--parity-require "$file"); done
     ;;
   cpu)
     bash ci/install_cpu.sh "$venv"
@@ -52,8 +82,6 @@ print("torch", torch.__version__, "torch_npu", torch_npu.__version__, "NPUs", to
     ;;
 esac
 
-read -ra files <<<"${PARITY_FILES:?PARITY_FILES must name the scenario files of the lane}"
-args=(--parity-device "$device" --parity-out "$out" --junitxml "$out/junit.xml")
 markers=${PARITY_MARKERS-nightly}
 if [ -n "$markers" ]; then args+=(-m "$markers"); fi
 select=${PARITY_SELECT:-}
@@ -64,42 +92,71 @@ else
 fi
 if [ -n "$select" ]; then args+=(-k "$select"); fi
 workers=${PARITY_WORKERS:-1}
-if [ "$workers" -gt 1 ]; then args+=(-n "$workers"); fi
+read -ra host_ports <<<"${PARITY_HCCL_HOST_PORTS:-}"
+read -ra npu_ports <<<"${PARITY_HCCL_NPU_PORTS:-}"
+if [ "$device" = npu ] && [ "$workers" -gt 1 ] && { [ "${#host_ports[@]}" -lt "$workers" ] ||
+  [ "${#npu_ports[@]}" -lt "$workers" ]; }; then
+  fail "PARITY_WORKERS=$workers scenarios at once need one HCCL port range each: PARITY_HCCL_HOST_PORTS has \
+${#host_ports[@]}, PARITY_HCCL_NPU_PORTS ${#npu_ports[@]}"
+fi
+rm -rf "$out"
 mkdir -p "$out"
-echo "lane $lane: pytest ${args[*]} ${files[*]}"
+
+# One pytest per worker, each a shard of the lane with its own out dir and HCCL port ranges; pipefail: the status
+# is pytest's, not tee's (verl's nightly lost crashes exactly here).
+run_worker() {
+  local index=$1 dir=$2
+  shift 2
+  local env=()
+  if [ "${#host_ports[@]}" -ge "$index" ]; then env+=("HCCL_HOST_SOCKET_PORT_RANGE=${host_ports[$((index - 1))]}"); fi
+  if [ "${#npu_ports[@]}" -ge "$index" ]; then env+=("HCCL_NPU_SOCKET_PORT_RANGE=${npu_ports[$((index - 1))]}"); fi
+  echo "lane $lane worker $index: ${env[*]} pytest $* --parity-out $dir ${files[*]}"
+  env "${env[@]}" python -m pytest "$@" --parity-out "$dir" --junitxml "$dir/junit.xml" "${files[@]}" 2>&1 |
+    tee "$dir/pytest.log"
+}
 
 rc=0
-# pipefail: the status is pytest's, not tee's (verl's nightly lost crashes exactly here).
-python -m pytest "${args[@]}" "${files[@]}" 2>&1 | tee "$out/pytest.log" || rc=$?
+if [ "$workers" -le 1 ]; then
+  run_worker 1 "$out" "${args[@]}" || rc=$?
+else
+  pids=()
+  for index in $(seq 1 "$workers"); do
+    mkdir -p "$out/shard-$index"
+    run_worker "$index" "$out/shard-$index" "${args[@]}" --parity-shard "$index/$workers" &
+    pids+=("$!")
+  done
+  for pid in "${pids[@]}"; do
+    worker_rc=0
+    wait "$pid" || worker_rc=$?
+    # exit 5 (nothing collected) in one shard is not a failure while another shard ran rows
+    if [ "$worker_rc" -ne 0 ] && [ "$worker_rc" -ne 5 ] && [ "$rc" -eq 0 ]; then rc=$worker_rc; fi
+  done
+  cat "$out"/shard-*/pytest.log >"$out/pytest.log"
+  shards=()
+  for dir in "$out"/shard-*; do [ -f "$dir/results.jsonl" ] && shards+=("$dir"); done
+  if [ "${#shards[@]}" -gt 0 ]; then
+    report_rc=0
+    parity report "${shards[@]}" --out "$out" || report_rc=$?
+    if [ "$report_rc" -gt 1 ]; then fail "merging the shards' results failed (parity report exit $report_rc)"; fi
+  fi
+fi
 
-why=""
 if [ "$rc" -eq 5 ]; then
-  why="pytest collected no scenarios (exit 5) from ${files[*]} with -m '$markers' -k '$select'"
+  fail "pytest collected no scenarios (exit 5) from ${files[*]} with -m '$markers' -k '$select'"
 elif [ "$rc" -ne 0 ]; then
-  why="pytest exited with $rc"
-elif ! python - "$out/junit.xml" <<'PY'
+  fail "pytest exited with $rc"
+fi
+python - "$out" <<'PY' || fail "every collected scenario was SKIPPED, nothing ran (the skip reasons are in pytest.log)"
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
-root = ET.parse(sys.argv[1]).getroot()
-suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-tests = sum(int(s.get("tests", 0)) for s in suites)
-skipped = sum(int(s.get("skipped", 0)) for s in suites)
+tests = skipped = 0
+for junit in Path(sys.argv[1]).glob("**/junit.xml"):
+    root = ET.parse(junit).getroot()
+    for suite in [root] if root.tag == "testsuite" else root.findall("testsuite"):
+        tests += int(suite.get("tests", 0))
+        skipped += int(suite.get("skipped", 0))
 print(f"junit: {tests} collected, {skipped} skipped, {tests - skipped} ran")
 sys.exit(0 if tests > skipped else 1)
 PY
-then
-  why="every collected scenario was SKIPPED, nothing ran (the skip reasons are in pytest.log)"
-fi
-
-if [ -n "$why" ]; then
-  echo "::error title=nightly lane $lane::$why"
-  {
-    # shellcheck disable=SC2016  # the backticks are Markdown
-    printf '### Nightly lane `%s`: FAILED\n\n%s\n\n<details><summary>last lines of pytest.log</summary>\n\n```\n' \
-      "$lane" "$why"
-    tail -n 40 "$out/pytest.log"
-    printf '```\n</details>\n'
-  } >>"$summary"
-  exit 1
-fi

@@ -3,7 +3,7 @@ before it runs anything. Adding a built-in engine = its module + one spec here (
 
 from __future__ import annotations
 
-from parity.harness.contract.spec import LOSS_AGG_MODES, PACKINGS, EngineSpec, Requirement
+from parity.harness.contract.spec import LOSS_AGG_MODES, PACKINGS, EngineSpec, MemoryTraits, Requirement
 
 #: Megatron settings the scenario's layout owns: kwarg name -> the layout field that sets it. verl's McoreEngineConfig
 #: uses the same names, so `verl:` blocks translate through this table too.
@@ -17,6 +17,12 @@ MEGATRON_LAYOUT_KEYS: dict[str, str] = {
     "sequence_parallel": "layout.sequence_parallel",
 }
 MEGATRON_DIMS = frozenset({"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel"})
+#: the Megatron engines read only their shard's tensors (engines/megatron/hf_weights.py) and run the schedule over
+#: micro-batches of mcore_kwargs.micro_batch_size rows
+MEGATRON_MEMORY = MemoryTraits(sharding="megatron", load="sharded_read", grad_buffer=True, cpu_layer_factor=1.9,
+                               micro_batch_rows="parity.engines.megatron.rules:micro_batch_rows")
+#: transformers models under FSDP2 that every rank loads whole (engines/hf_common.py load_hf_model), then shards
+FSDP_MEMORY = MemoryTraits(sharding="fully_sharded", load="replicated")
 
 MEGATRON_CORE = Requirement(
     module="megatron.core", distribution="megatron-core", versions=">=0.12.1,<0.17",
@@ -30,14 +36,15 @@ HF = EngineSpec(
     name="hf", engine="parity.engines.hf:HFEngine",
     summary="transformers model in one process; the reference engine",
     packings=PACKINGS,
-    kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, preload=("transformers", "parity.engines.hf"))
+    kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, memory=MemoryTraits(scored="response"),
+    preload=("transformers", "parity.engines.hf"))
 
 FSDP2 = EngineSpec(
     name="fsdp2", engine="parity.engines.fsdp2:FSDP2Engine", aliases=("fsdp",),
     summary="transformers model under torch FSDP2 fully_shard, with Ulysses sequence parallel or 2-D FSDP x TP",
     packings=PACKINGS,
     dims=frozenset({"dp", "ulysses", "tp"}), kwargs_blocks=("fsdp_kwargs",),
-    rules="parity.engines.specs:fsdp2_layout_errors",
+    rules="parity.engines.specs:fsdp2_layout_errors", memory=FSDP_MEMORY,
     preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2"))
 
 MEGATRON = EngineSpec(
@@ -45,7 +52,7 @@ MEGATRON = EngineSpec(
     summary="Megatron-Core GPTModel with its own schedules, DDP and optimizer",
     packings=PACKINGS,
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",), layout_keys=MEGATRON_LAYOUT_KEYS,
-    rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,),
+    rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,), memory=MEGATRON_MEMORY,
     preload=("transformers", "megatron.core", "parity.engines.megatron.model"))
 
 #: what the MindSpeed engines' forkserver may import before MindSpeed patches: torch_npu imports torch's FSDP, FSDP2
@@ -70,7 +77,7 @@ MINDSPEED_MEGATRON = EngineSpec(
     requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",
                                                 why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),
               MEGATRON_CORE),
-    environment_check="parity.engines.mindspeed_env:megatron_pairing_problem",
+    environment_check="parity.engines.mindspeed_env:megatron_pairing_problem", memory=MEGATRON_MEMORY,
     devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("megatron", "mindspeed"))
 
 MINDSPEED_FSDP = EngineSpec(
@@ -83,7 +90,7 @@ MINDSPEED_FSDP = EngineSpec(
         module="mindspeed.fsdp.mindspeed_parallel_engine",
         why="needs a mindspeed with the mindspeed.fsdp package (MindSpeed's FSDP parallel engine; branch master "
             "or 26.1.0_core_r0.12.1)")),
-    devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("mindspeed",))
+    devices=("npu",), memory=FSDP_MEMORY, preload=MINDSPEED_PRELOAD, preload_excludes=("mindspeed",))
 
 #: the verl engines' forkserver preload: engines/verl/warm.py chooses verl's platform, then imports verl's engines
 #: ("verl" itself is named last, so that a planned engine that keeps verl out of the server (verl_mindspeed) keeps
@@ -96,7 +103,9 @@ VERL_FSDP = EngineSpec(
     dims=frozenset({"dp", "ulysses"}), kwargs_blocks=("actor_rollout_ref",), dtypes=("fp32", "bf16"),
     loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS, prepare="parity.engines.verl.rules:prepare_fsdp",
     rules="parity.engines.verl.rules:fsdp_errors", environment_check="parity.engines.verl.source:problem",
-    preload=VERL_PRELOAD)
+    # verl builds on meta except rank 0, which loads on the host; fsdp2_load_full_state_dict broadcasts
+    # (verl/workers/engine/fsdp/transformer_impl.py _build_module, verl/utils/fsdp_utils.py)
+    memory=MemoryTraits(sharding="fully_sharded", load="rank0_broadcast"), preload=VERL_PRELOAD)
 
 
 MBRIDGE = Requirement(module="mbridge", distribution="mbridge", versions=">=0.15.1,<0.16",
@@ -110,6 +119,7 @@ VERL_MEGATRON = EngineSpec(
     dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
     packings=PACKINGS,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
+    memory=MEGATRON_MEMORY,
     requires=(MEGATRON_CORE, MBRIDGE), environment_check="parity.engines.verl.source:problem",
     preload=(*VERL_PRELOAD, "megatron.core", "parity.engines.verl.megatron"))
 
@@ -119,6 +129,7 @@ VERL_MINDSPEED = EngineSpec(
     dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
     packings=PACKINGS,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
+    memory=MEGATRON_MEMORY,
     requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",
                                                 why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),
               MEGATRON_CORE, MBRIDGE),

@@ -10,6 +10,7 @@ harness fails the scenario as "dropped engine kwargs" instead of running somethi
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,21 @@ def _dtype(key: str, name: str) -> torch.dtype:
     return dtype
 
 
+def _attn_backend(key: str, name: str) -> enum.Enum:
+    """As verl does (verl/utils/megatron_utils.py mapping_string_to_attn_backend: AttnBackend[name]): a string
+    left as is never equals the enum Megatron compares with, so 'flash' would silently select nothing."""
+    from megatron.core.transformer.enums import AttnBackend
+
+    if name not in AttnBackend.__members__:
+        raise ValueError(f"mcore_kwargs.{key}: {name!r} is not an AttnBackend name "
+                         f"({', '.join(AttnBackend.__members__)})")
+    return AttnBackend[name]
+
+
+#: fields that hold a Megatron enum: YAML gives its member name
+ENUM_FIELDS = {"attention_backend": _attn_backend}
+
+
 def _fields(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
@@ -78,6 +94,8 @@ def route_mcore_kwargs(given: Mapping[str, Any]) -> RoutedKwargs:
     for key, value in given.items():
         if key in DTYPE_FIELDS and isinstance(value, str):
             value = _dtype(key, value)
+        if key in ENUM_FIELDS and isinstance(value, str):
+            value = ENUM_FIELDS[key](key, value)
         if key in RESERVED:
             routed.rejected[key] = RESERVED[key]
             continue
@@ -97,6 +115,8 @@ def readable(value: Any) -> Any:
     """A config value as JSON can hold it (applied_kwargs is written to the run record)."""
     if isinstance(value, torch.dtype):
         return str(value).replace("torch.", "")
+    if isinstance(value, enum.Enum):
+        return value.name
     if callable(value):
         return getattr(value, "__name__", repr(value))
     return value

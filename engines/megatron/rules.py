@@ -11,6 +11,11 @@ from typing import Any
 DEFAULT_MICRO_BATCH_SIZE = 1
 
 
+def micro_batch_rows(scenario: Any) -> int:
+    """Rows per micro-batch the schedule runs (the memory plan's micro-batches in flight)."""
+    return int(scenario.mcore_kwargs.get("micro_batch_size", DEFAULT_MICRO_BATCH_SIZE))
+
+
 def expert_tensor_parallel(layout: Any) -> int:
     """Megatron's expert TP degree for a layout. With ep == 1 the experts are not expert-parallel, so Megatron
     reduces their gradients with the dense parameters (over dp x cp only): that is right only when the experts

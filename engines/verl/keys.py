@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from parity.harness.contract.config_tree import flatten
+
 BLOCK = "actor_rollout_ref"
 SECTIONS = ("actor", "model")
 """The parts of verl's actor_rollout_ref tree a training engine reads (rollout and ref are not under test)."""
@@ -172,32 +174,6 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, str) and isinstance(b, str) and a in DTYPE_NAMES and b in DTYPE_NAMES:
         return DTYPE_NAMES[a] == DTYPE_NAMES[b]
     return a == b
-
-
-def flatten(tree: Any, prefix: str = "") -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """A nested and/or dotted verl tree -> {dotted key: leaf value}. Mappings nest (dict-typed verl fields such
-    as mixed_precision flatten to their keys); lists and empty mappings are leaves."""
-    flat: dict[str, Any] = {}
-    problems: list[tuple[str, str]] = []
-    if not isinstance(tree, Mapping):
-        return flat, [(f"{BLOCK}{prefix and '.' + prefix}", "must be a mapping of verl config keys")]
-    for key, value in tree.items():
-        if not isinstance(key, str) or not key:
-            problems.append((f"{BLOCK}.{prefix}", f"config keys are strings, got {key!r}"))
-            continue
-        path = f"{prefix}.{key}" if prefix else key
-        if isinstance(value, Mapping) and value:
-            inner, inner_problems = flatten(value, path)
-            problems += inner_problems
-            for leaf, leaf_value in inner.items():
-                if leaf in flat:
-                    problems.append((f"{BLOCK}.{leaf}", "given twice (nested and as a dotted key)"))
-                flat[leaf] = leaf_value
-        else:
-            if path in flat:
-                problems.append((f"{BLOCK}.{path}", "given twice (nested and as a dotted key)"))
-            flat[path] = dict(value) if isinstance(value, Mapping) else value
-    return flat, problems
 
 
 def _get(raw: Mapping[str, Any], path: str) -> Any:

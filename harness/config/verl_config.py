@@ -1,8 +1,13 @@
-"""Engine settings in the field names verl users already have in their YAML, mapped onto the harness layout.
+"""Engine settings in the names verl users already have in their YAML, mapped onto the harness's own engines.
 
-A scenario may carry a `verl:` block (verl's McoreEngineConfig / FSDPEngineConfig / MindSpeedEngineConfig
-names) instead of `strategy` + `layout`. The same constraints verl enforces apply: sequence parallel is
-forced off at TP=1 (with a warning), `fsdp_size: -1` means the whole data-parallel world.
+A scenario may carry a `verl:` block instead of `strategy` + `layout`, in either of two forms:
+- verl's trainer config, nested and/or dotted: `actor_rollout_ref.actor.{strategy, megatron, fsdp_config, optim}`
+  and `trainer.{n_gpus_per_node, nnodes, device}` — whole blocks as verl generates them; every key translates or
+  is refused with its reason (harness/config/verl_blocks.py);
+- the flat engine-config form: McoreEngineConfig / FSDPEngineConfig field names at the top of the block (read
+  through the same rules) plus `strategy`, `device`, `n_gpus_per_node`, `nnodes`, `mcore_kwargs`, `fsdp_kwargs`.
+The same constraints verl enforces apply: sequence parallel is forced off at TP=1, `fsdp_size: -1` means the whole
+data-parallel world, `expert_tensor_parallel_size: null` means etp = tp, and a key left out takes verl's default.
 
 verl's vocabulary changed twice, and every version is accepted (`vocabulary()` names the one a block uses):
 - before PR #6316: `mindspeed_llm` / `mindspeed_mm`, `llm_kwargs` / `mm_kwargs` (rejected with the new name;
@@ -16,27 +21,59 @@ verl's vocabulary changed twice, and every version is accepted (`vocabulary()` n
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from parity.harness.config.errors import ScenarioError, did_you_mean
-from parity.harness.config.registry import SPECS, canonical
+from parity.harness.config.registry import canonical
+from parity.harness.config.verl_blocks import (
+    ACTOR,
+    BLOCK_FAMILY,
+    BLOCKS,
+    FLAT_EXTRAS,
+    FSDP_CONFIG,
+    KWARGS_BLOCKS,
+    MEGATRON,
+    TRAINER,
+    TRAINER_KEYS,
+    VERL_DEFAULTS,
+    Inert,
+    Merge,
+    Only,
+    To,
+    resolve_interpolation,
+    rule_for,
+    same_value,
+)
+from parity.harness.contract.config_tree import flatten
 
-#: verl name -> harness layout field: McoreEngineConfig's parallel sizes are Megatron's own names (the megatron
-#: spec's layout_keys), plus FSDPEngineConfig's Ulysses degree
-LAYOUT_FIELDS = {**{name: where.removeprefix("layout.") for name, where in SPECS["megatron"].layout_keys.items()},
-                 "ulysses_sequence_parallel_size": "ulysses"}
-#: verl name -> (harness kwargs block, key)
-KWARG_FIELDS = {"use_distributed_optimizer": ("mcore_kwargs", "use_distributed_optimizer"),
-                "reshard_after_forward": ("fsdp_kwargs", "reshard_after_forward")}
-OTHER_FIELDS = ("strategy", "fsdp_size", "mcore_kwargs", "fsdp_kwargs", "override_transformer_config", "dtype",
-                "seed", "n_gpus_per_node", "nnodes", "device")
 #: verl's Megatron strategy on device npu runs MindSpeed (verl PR #7374)
 NPU_STRATEGIES = {"megatron": "mindspeed_megatron"}
+#: engine families: which of verl's engine blocks a harness strategy reads
+FAMILIES = {"megatron": "megatron", "mindspeed_megatron": "megatron", "fsdp2": "fsdp", "mindspeed_fsdp": "fsdp"}
 #: retired verl names -> the verl version whose vocabulary they belong to
 OLD_NAMES = ("mindspeed_llm", "mindspeed_mm", "llm_kwargs", "mm_kwargs")
-KNOWN = (*LAYOUT_FIELDS, *KWARG_FIELDS, *OTHER_FIELDS)
-#: verl dtype spellings -> harness dtype
-DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "float32": "fp32", "fp32": "fp32"}
+TREES = ("actor_rollout_ref", "trainer")
+#: every flat-form key (for did-you-mean)
+FLAT_KEYS = (*FLAT_EXTRAS, *KWARGS_BLOCKS, *(k for table in (MEGATRON, FSDP_CONFIG) for k in table if "." not in k))
+#: what the actor's other keys are, for their refusal
+_ACTOR_ELSEWHERE = ("a verl actor setting outside its engine blocks (loss, batching, checkpoint, profiler): "
+                    "the `verl:` block configures the harness's engine from actor.strategy / megatron / fsdp_config "
+                    "/ optim; the scenario's workload sets the loss and batch (workload.clip_ratio, entropy_coeff, "
+                    "loss_agg_mode, ...). To run verl's own actor, use strategy verl_fsdp with this tree as "
+                    "actor_rollout_ref")
+_NOT_THE_ENGINE = ("not the actor's training engine: the harness runs one engine, configured from "
+                   "actor_rollout_ref.actor; the model comes from the scenario's `model`")
+_TRAINER_ELSEWHERE = "only trainer.n_gpus_per_node, trainer.nnodes and trainer.device describe the engine's world"
+
+
+@dataclass(slots=True)
+class _Translation:
+    fields: dict[str, Any] = field(default_factory=dict)
+    """scenario field ('layout.tp', 'mcore_kwargs.x', 'workload.lr', 'dtype', ...) -> value."""
+    merged: dict[str, dict[str, Any]] = field(default_factory=lambda: {b: {} for b in KWARGS_BLOCKS})
+    problems: list[tuple[str, str]] = field(default_factory=list)
 
 
 def translate(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:
@@ -49,50 +86,235 @@ def translate(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:
     for clash in ("strategy", "layout", "engine"):
         if clash in raw:
             raise ScenarioError(f"give the engine either as 'verl' or as '{clash}', not both", key=clash, **where)
-    for key in block:
-        if key not in KNOWN:
-            raise ScenarioError(f"unknown verl engine field{did_you_mean(key, KNOWN)}", key=f"verl.{key}", **where)
+    trees = {k: v for k, v in block.items() if isinstance(k, str) and k.split(".")[0] in TREES}
+    tree_leaves, problems = flatten(trees, root="verl")
+    _raise_first(problems, where)
+    strategy = _strategy(block, tree_leaves)
+    family = FAMILIES.get(canonical(strategy))
+    canonical_block, shown = dict(trees), {}
+    for key, value in block.items():
+        if key in trees:
+            continue
+        path = _flat_path(key, family, where)
+        canonical_block[path] = value
+        shown[path] = key
+    leaves, problems = flatten(canonical_block, root="verl")
+    _raise_first(problems, where)
+    result = _Translation()
+    for key, value in leaves.items():
+        _apply(key, value, leaves, family, _shown(key, shown), result)
+    _raise_first(result.problems, where)
+    return _assemble(raw, block, strategy, family, result, where)
+
+
+def _strategy(block: dict[str, Any], tree: dict[str, Any]) -> str:
+    """The block's strategy: given (flat or actor.strategy), else the family of the engine block it carries."""
+    given = block.get("strategy", tree.get(ACTOR + "strategy", tree.get(ACTOR + "fsdp_config.strategy")))
+    if given is not None:
+        return str(given)
+    if any(key.startswith(ACTOR + "megatron.") for key in tree):
+        return "megatron"
+    return "fsdp2"
+
+
+def _flat_path(key: Any, family: str | None, where: dict[str, str]) -> str:
+    """A flat-form key -> its place in verl's trainer tree (engine keys in the strategy's block)."""
+    if key in FLAT_EXTRAS:
+        return FLAT_EXTRAS[key]
+    if key in KWARGS_BLOCKS:
+        return f"harness.{key}"
+    own, other = ("megatron", "fsdp_config") if family != "fsdp" else ("fsdp_config", "megatron")
+    if rule_for(BLOCKS[own], str(key)) is not None:
+        return f"{ACTOR}{own}.{key}"
+    if rule_for(BLOCKS[other], str(key)) is not None:
+        return f"{ACTOR}{other}.{key}"  # refused below, naming the block and the strategy
+    raise ScenarioError(f"unknown verl engine field{did_you_mean(key, FLAT_KEYS)}", key=f"verl.{key}", **where)
+
+
+def _shown(key: str, shown: dict[str, str]) -> str:
+    """The key as the user wrote it (flat-form keys by their flat name)."""
+    for path, flat in shown.items():
+        if key == path or key.startswith(path + "."):
+            return f"verl.{flat}{key[len(path):]}"
+    return f"verl.{key}"
+
+
+def _apply(key: str, value: Any, leaves: dict[str, Any], family: str | None, shown: str,
+           result: _Translation) -> None:
+    if key == "_target_" or key.endswith("._target_"):
+        return  # verl's config class: the harness builds its own
+    if key.startswith("harness."):
+        name = key.split(".", 1)[1]
+        block, _, sub = name.partition(".")
+        if sub:
+            _nest(result.merged[block], sub, value)
+        elif not isinstance(value, Mapping):
+            result.problems.append((shown, f"'{block}' must be a mapping of engine settings"))
+        return
+    found, why_not = _rule(key, family)
+    if found is None:
+        result.problems.append((shown, why_not))
+        return
+    pattern, rule = found
+    if isinstance(rule, Inert):
+        return
+    value, resolved = resolve_interpolation(value, leaves)
+    if not resolved:
+        result.problems.append((shown, f"{value!r} is an OmegaConf interpolation the harness does not resolve: give "
+                                       "the value"))
+        return
+    if isinstance(rule, Only):
+        if not any(same_value(value, allowed) for allowed in rule.values):
+            taken = " or ".join(repr(v) for v in rule.values)
+            result.problems.append((shown, f"{value!r} is refused: {rule.why} (taken: {taken})"))
+        return
+    if isinstance(rule, Merge):
+        _merge(key, value, pattern, rule, family, shown, result)
+        return
+    _to(value, rule, family, shown, result)
+
+
+def _rule(key: str, family: str | None) -> tuple[tuple[str, To | Merge | Only | Inert] | None, str]:
+    """The rule for a dotted key of verl's trainer tree, or why there is none."""
+    if key.startswith(ACTOR):
+        rel = key[len(ACTOR):]
+        if rel == "strategy":
+            return ("strategy", To("strategy")), ""
+        head, _, inner = rel.partition(".")
+        if head not in BLOCKS:
+            return None, _ACTOR_ELSEWHERE
+        owner = BLOCK_FAMILY.get(head)
+        if owner is not None and family is not None and owner != family:
+            return None, (f"the '{head}' block is read by verl's {owner} engines only; this block's strategy runs "
+                          f"the {family} family")
+        found = rule_for(BLOCKS[head], inner)
+        if found is None:
+            known = [k for k in BLOCKS[head] if not k.endswith(".*")]
+            return None, f"unknown key of verl's actor.{head} block{did_you_mean(inner, known)}"
+        return found, ""
+    if key.startswith("actor_rollout_ref."):
+        return None, _NOT_THE_ENGINE
+    name = key[len(TRAINER):] if key.startswith(TRAINER) else ""
+    return ((name, TRAINER_KEYS[name]) if name in TRAINER_KEYS else None), _TRAINER_ELSEWHERE
+
+
+def _merge(key: str, value: Any, pattern: str, rule: Merge, family: str | None, shown: str,
+           result: _Translation) -> None:
+    inner = key[len(ACTOR):].partition(".")[2]  # the key within its block
+    sub = inner[len(pattern):].lstrip(".")
+    if not sub:
+        if value is not None and not isinstance(value, Mapping):  # None: verl's FSDP default for the override
+            result.problems.append((shown, f"'{pattern}' must be a mapping of TransformerConfig / DDP / optimizer / "
+                                           "MindSpeed settings"))
+        return
+    if family != "megatron" and rule.block == "mcore_kwargs":
+        result.problems.append((shown, f"{value!r} is refused: a Megatron setting, and this block's strategy runs "
+                                       f"the {family} family"))
+        return
+    _nest(result.merged[rule.block], sub, value)
+
+
+def _to(value: Any, rule: To, family: str | None, shown: str, result: _Translation) -> None:
+    target_block = rule.field.split(".", 1)[0]
+    wanted = {"mcore_kwargs": "megatron", "fsdp_kwargs": "fsdp"}.get(target_block)
+    if wanted is not None and family != wanted:
+        result.problems.append((shown, f"{value!r} is refused: a {wanted} engine setting, and this block's "
+                                       f"strategy runs the {family} family"))
+        return
+    try:
+        converted = rule.convert(value) if rule.convert is not None and value is not None else value
+    except ValueError as exc:
+        result.problems.append((shown, str(exc)))
+        return
+    if rule.field in result.fields and not same_value(result.fields[rule.field], converted):
+        result.problems.append((shown, f"{value!r} disagrees with another verl key that sets {rule.field} "
+                                       f"({result.fields[rule.field]!r}): give it once"))
+        return
+    result.fields[rule.field] = converted
+
+
+def _nest(target: dict[str, Any], dotted: str, value: Any) -> None:
+    head, _, rest = dotted.partition(".")
+    if not rest:
+        target[head] = value
+        return
+    inner = target.setdefault(head, {})
+    if isinstance(inner, dict):
+        _nest(inner, rest, value)
+
+
+def _raise_first(problems: list[tuple[str, str]], where: dict[str, str]) -> None:
+    if not problems:
+        return
+    key, message = problems[0]
+    if len(problems) > 1:
+        message += f" (also: {'; '.join(f'{k}: {m}' for k, m in problems[1:])})"
+    raise ScenarioError(message, key=key, **where)
+
+
+def _assemble(raw: dict[str, Any], block: dict[str, Any], strategy: str, family: str | None, result: _Translation,
+              where: dict[str, str]) -> dict[str, Any]:
+    """The translated fields (with verl's defaults for what the block leaves out) -> harness scenario fields."""
+    fields = dict(result.fields)
+    given = set(fields)
+    for name, default in VERL_DEFAULTS.get(family or "", {}).items():
+        rule = (MEGATRON if family == "megatron" else FSDP_CONFIG)[name]
+        assert isinstance(rule, To)
+        fields.setdefault(rule.field, rule.convert(default) if rule.convert and default is not None else default)
     out = {k: v for k, v in raw.items() if k != "verl"}
-    device = block.get("device", raw.get("device", "cpu"))
+    device = fields.get("device", raw.get("device", "cpu"))
     out["device"] = device
-    strategy = canonical(block.get("strategy", "fsdp2"))
-    out["strategy"] = NPU_STRATEGIES.get(strategy, strategy) if device == "npu" else strategy
-    layout = {LAYOUT_FIELDS[k]: v for k, v in block.items() if k in LAYOUT_FIELDS and v is not None}
-    if layout.get("sequence_parallel") and layout.get("tp", 1) == 1:
-        print(f"parity: warning: {where['file']}, scenario {where['scenario']}: sequence_parallel forced off "
-              "because tensor_model_parallel_size is 1 (as verl does)", file=sys.stderr)
-        layout["sequence_parallel"] = False
-    nodes = int(block.get("nnodes", 1))
-    per_node = block.get("n_gpus_per_node")
-    if per_node is not None:
-        layout |= {"nodes": nodes, "nproc_per_node": int(per_node)}
-    layout["dp"] = _data_parallel(block, layout, nodes * int(per_node) if per_node else None, where)
-    out["layout"] = layout
-    for key, (kwargs_block, name) in KWARG_FIELDS.items():
-        if key in block:
-            out.setdefault(kwargs_block, {})[name] = block[key]
-    for kwargs_block in ("mcore_kwargs", "fsdp_kwargs"):
-        if kwargs_block in block:
-            out[kwargs_block] = {**out.get(kwargs_block, {}), **block[kwargs_block]}
-    if "override_transformer_config" in block:
-        if not isinstance(block["override_transformer_config"], dict):
-            raise ScenarioError("'override_transformer_config' must be a mapping of TransformerConfig / MindSpeed "
-                                "settings", key="verl.override_transformer_config", **where)
-        out["mcore_kwargs"] = {**out.get("mcore_kwargs", {}), **block["override_transformer_config"]}
-    if "dtype" in block:
-        if str(block["dtype"]) not in DTYPES:
-            raise ScenarioError(f"unknown dtype '{block['dtype']}'{did_you_mean(block['dtype'], DTYPES)}",
-                                key="verl.dtype", **where)
-        out["dtype"] = DTYPES[str(block["dtype"])]
-    if "seed" in block:
-        out["workload"] = {**out.get("workload", {}), "seed": block["seed"]}
+    name = canonical(str(fields.get("strategy", strategy)))
+    out["strategy"] = NPU_STRATEGIES.get(name, name) if device == "npu" else name
+    out["layout"] = _layout(fields, given, where)
+    for kwargs_block in KWARGS_BLOCKS:
+        from_fields = {k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith(kwargs_block + ".")}
+        combined = {**raw.get(kwargs_block, {}), **from_fields, **result.merged[kwargs_block]}
+        if combined:
+            out[kwargs_block] = combined
+    if "dtype" in given or "dtype" not in raw:
+        out["dtype"] = fields.get("dtype", raw.get("dtype"))
+        if out["dtype"] is None:
+            del out["dtype"]
+    workload = dict(raw.get("workload") or {})
+    for key, value in fields.items():
+        if not key.startswith("workload."):
+            continue
+        name = key.split(".", 1)[1]
+        if name in workload and not same_value(workload[name], value):
+            raise ScenarioError(f"verl sets {value!r}, the scenario's workload {workload[name]!r}: give it once",
+                                key=f"workload.{name}", **where)
+        workload[name] = value
+    if workload:
+        out["workload"] = workload
     return out
 
 
-def _data_parallel(block: dict[str, Any], layout: dict[str, Any], world: int | None, where: dict[str, str]) -> int:
+def _layout(fields: dict[str, Any], given: set[str], where: dict[str, str]) -> dict[str, Any]:
+    layout = {k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith("layout.")}
+    if layout.get("vpp", 1) is None:
+        del layout["vpp"]
+    if "etp" in layout and layout["etp"] is None:  # Megatron's rule: no expert TP size = the dense TP size
+        del layout["etp"]
+        if layout.get("ep", 1) > 1:
+            layout["etp"] = layout.get("tp", 1)
+    if layout.get("sequence_parallel") and layout.get("tp", 1) == 1:
+        if "layout.sequence_parallel" in given:
+            print(f"parity: warning: {where['file']}, scenario {where['scenario']}: sequence_parallel forced off "
+                  "because tensor_model_parallel_size is 1 (as verl does)", file=sys.stderr)
+        layout["sequence_parallel"] = False
+    nodes = int(fields.get("nnodes", 1))
+    per_node = fields.get("n_gpus_per_node")
+    if per_node is not None:
+        layout |= {"nodes": nodes, "nproc_per_node": int(per_node)}
+    layout["dp"] = _data_parallel(fields.get("fsdp_size", -1), layout, nodes * int(per_node) if per_node else None,
+                                  where)
+    return layout
+
+
+def _data_parallel(fsdp_size: Any, layout: dict[str, Any], world: int | None, where: dict[str, str]) -> int:
     """dp from fsdp_size (-1 = everything left) or, for Megatron layouts, world / (tp * pp * cp)."""
     model_parallel = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1) * layout.get("ulysses", 1)
-    fsdp_size = block.get("fsdp_size", -1)
     if fsdp_size not in (-1, None):
         return int(fsdp_size)
     if world is None:
@@ -105,12 +327,16 @@ def _data_parallel(block: dict[str, Any], layout: dict[str, Any], world: int | N
 
 def vocabulary(block: dict[str, Any], device: str | None = None) -> str:
     """Which verl version's names a `verl:` block uses (see the module docstring)."""
-    strategy = str(block.get("strategy", ""))
+    tree, _ = flatten({k: v for k, v in block.items() if isinstance(k, str) and k.split(".")[0] in TREES})
+    strategy = str(block.get("strategy", tree.get(ACTOR + "strategy", "")))
+    device = block.get("device", tree.get(TRAINER + "device", device))
     if any(name in OLD_NAMES for name in (strategy, *block)):
         return "verl before PR #6316 (mindspeed_llm / mindspeed_mm, llm_kwargs / mm_kwargs): run parity migrate"
     if strategy.startswith("mindspeed_"):
         return "verl PR #6316 .. #7374 (mindspeed_megatron / mindspeed_fsdp strategies)"
-    if "override_transformer_config" in block or (strategy == "megatron" and
-                                                   block.get("device", device) == "npu"):
+    overrides = "override_transformer_config" in block or any(".override_transformer_config." in k for k in tree)
+    if overrides or (strategy == "megatron" and device == "npu"):
         return "verl since PR #7374 (strategy megatron + override_transformer_config; MindSpeed on device npu)"
+    if tree:
+        return "verl trainer config (actor_rollout_ref.actor engine blocks; the same in every version)"
     return "verl engine config (the same in every version)"

@@ -12,7 +12,7 @@ import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import get_args
+from typing import Literal, get_args
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -76,6 +76,34 @@ class Requirement:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryTraits:
+    """How an engine holds a model, for the per-rank memory plan (harness/config/memory.py)."""
+
+    sharding: Literal["replicated", "fully_sharded", "megatron"] = "replicated"
+    """replicated: a full copy per rank; fully_sharded: parameters, gradients and optimizer states sharded over
+    the world (FSDP, with the layer being computed gathered); megatron: tp / pp / ep shard the weights and the
+    distributed optimizer shards optimizer states over dp x cp."""
+    load: Literal["replicated", "rank0_broadcast", "sharded_read"] = "replicated"
+    """How it loads a checkpoint: every rank materialises the whole model on its device, then shards
+    (replicated); rank 0 reads it into host memory, the others build on the meta device, and each tensor is
+    broadcast and sharded (rank0_broadcast, verl's FSDP engines); every rank reads only the tensors of its own
+    shard from the safetensors files (sharded_read)."""
+    micro_batch_rows: str | None = None
+    """'module:function(scenario) -> int', torch-free: rows per micro-batch; None: a rank's rows in one pass."""
+    grad_buffer: bool = False
+    """Gradients live in one buffer for the whole step (Megatron DDP's main_grad buffer) instead of being created
+    during backward, as torch's are after zero_grad sets them to None."""
+    cpu_layer_factor: float = 1.0
+    """What the engine's CPU path saves per token and layer, relative to the count for fused layers (flash
+    attention, fused norms and SwiGLU) the plan makes for accelerators; measured with torch's profiler
+    (benchmarks/memory_plan.py). Megatron's local layer spec on CPU keeps each norm's output, the residual sums,
+    the repeated GQA keys / values and the unfused SwiGLU's pieces."""
+    scored: Literal["all", "response"] = "all"
+    """Positions whose log-probs and entropy it computes from the logits (the shared loss,
+    harness/contract/losses.py): every position, or the response only (the hf engine slices them first)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class EngineSpec:
     """The facts about one engine. Every field has one home: here."""
 
@@ -121,6 +149,8 @@ class EngineSpec:
     preload_excludes: tuple[str, ...] = ()
     """Top-level modules that must NOT be preloaded while this engine is planned (MindSpeed patches megatron
     before megatron is imported)."""
+    memory: MemoryTraits = MemoryTraits()
+    """How it holds a model (the memory plan)."""
 
     def __post_init__(self) -> None:
         if ":" not in self.engine:

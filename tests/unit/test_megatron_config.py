@@ -32,6 +32,20 @@ def test_mcore_kwargs_go_to_every_dataclass_that_declares_them() -> None:
     assert set(routed.rejected) == {"no_such_field", "tensor_model_parallel_size"}
 
 
+def test_attention_backend_is_megatrons_enum_as_verl_converts_it() -> None:
+    """A string left as is never equals AttnBackend.flash (Megatron's _set_attention_backend compares the enum),
+    so 'flash' selected nothing and was still read back as applied."""
+    from megatron.core.transformer.enums import AttnBackend
+
+    from parity.engines.megatron.config import readable, route_mcore_kwargs
+
+    routed = route_mcore_kwargs({"attention_backend": "flash"})
+    assert routed.transformer == {"attention_backend": AttnBackend.flash}
+    assert readable(routed.transformer["attention_backend"]) == "flash"
+    with pytest.raises(ValueError, match="'flsh' is not an AttnBackend name"):
+        route_mcore_kwargs({"attention_backend": "flsh"})
+
+
 @pytest.mark.parametrize(("layout", "key"), [
     ({"tp": 2}, "layout.sequence_parallel"),  # MoE with TP needs SP
     ({"pp": 2, "vpp": 4}, "layout.vpp"),  # 4 layers over 8 chunks

@@ -1,6 +1,7 @@
 """The per-rank memory plan (harness/config/memory.py): parameter counts of the real Qwen3 configs (shipped
-config.json copies), the layout arithmetic, the flag on verl's 30B layout, and an order-of-magnitude check
-against what a CPU run measures."""
+config.json copies), the layout arithmetic, micro-batches in flight, recompute, offload, MoE buffers and the load
+peak, the flags on the nightly's rows, and an order-of-magnitude check against what a CPU run measures
+(benchmarks/memory_plan.py checks five layouts within 25 % with torch's allocation profile)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import json
 import pytest
 
 from parity.harness.cli import main
-from parity.harness.config.memory import estimate, param_counts
+from parity.harness.config.memory import LOSS_VOCAB_COPIES, estimate, param_counts, stage_plans, with_load
+from parity.harness.config.registry import spec_for
 from parity.harness.config.validate import MemoryPlanWarning, check_memory
 from parity.harness.contract.schema import Scenario
 from tests.conftest import DATA, REPO
@@ -70,7 +72,9 @@ def test_plan_prints_the_estimate_and_flags_the_30b_row(monkeypatch, capsys):
         else:
             blocks[list(blocks)[-1]].append(line)
     flagged = [head for head, lines in blocks.items() if any("OVER: likely OOM" in line for line in lines)]
-    assert flagged == ["qwen3-30b-a3b/mindspeed_megatron/tp4-pp2-ep4-sp/bf16/npu"]
+    assert flagged == ["qwen3-30b-a3b/fsdp2/dp16/bf16/npu"]  # at load: the fsdp2 engine loads the whole model
+    assert "OVER: likely OOM at load" in "".join(blocks[flagged[0]])
+    assert "9.2 GB if it loaded the way verl does" in "".join(blocks[flagged[0]])
     assert out.count("memory: weights") == out.count("world size")
 
 
@@ -92,3 +96,89 @@ def test_estimate_is_the_right_order_of_magnitude_on_cpu():
     numbers = run_forked(memory_probe.measure)
     ratio = numbers["measured"] / numbers["estimated"]
     assert 0.5 < ratio < 2.0, numbers
+
+
+def _dense(layout: dict, strategy: str = "mindspeed_megatron", **kw) -> Scenario:
+    return Scenario(model="x", strategy=strategy, layout=layout, device="npu", dtype="bf16", workload=BIG,
+                    mcore_kwargs={"use_distributed_optimizer": True} if "megatron" in strategy else {}, **kw)
+
+
+def test_megatron_activations_count_the_micro_batches_in_flight_not_every_row():
+    """Qwen3-8B tp4 pp2, 16 rows over dp 1 in micro-batches of 1: stage 0 holds pp = 2 of them (1F1B), not 16."""
+    qwen8 = config("qwen3-8b")
+    first, last = stage_plans(_dense({"tp": 4, "pp": 2, "sequence_parallel": True}), qwen8)
+    assert first.activations < 2e9 and "2 micro-batch(es) of 1 row(s) in flight" in first.in_flight
+    assert last.activations == first.activations // 2 and last.loss > 0 == first.loss  # 1F1B's last stage: one
+    first2, _ = stage_plans(_dense({"tp": 4, "pp": 2, "sequence_parallel": True}).model_copy(
+        update={"mcore_kwargs": {"use_distributed_optimizer": True, "micro_batch_size": 2}}), qwen8)
+    assert first2.activations == pytest.approx(2 * first.activations, rel=1e-6)
+    deep, _ = stage_plans(_dense({"tp": 2, "pp": 4, "sequence_parallel": True}), qwen8)
+    assert "4 micro-batch(es)" in deep.in_flight  # min(pp, micro-batches) at stage 0
+    unpipelined = estimate(_dense({"tp": 8, "sequence_parallel": True}), qwen8)
+    assert "1 micro-batch(es) of 1 row(s)" in unpipelined.in_flight
+
+
+def test_interleaved_pipeline_holds_megatrons_warmup_chunks():
+    """Rank 0 of the interleaved schedule: (pp - 1) * 2 + (vpp - 1) * pp warm-up chunk forwards + 1, each 1/vpp of
+    the stage's layers: pp 2, vpp 2 -> 5 chunks = 2.5 stage micro-batches."""
+    scenario = _dense({"tp": 4, "pp": 2, "vpp": 2, "sequence_parallel": True})
+    assert "2.5 micro-batch(es)" in stage_plans(scenario, config("qwen3-8b"))[0].in_flight
+
+
+def test_fsdp_activations_are_the_ranks_rows_in_one_pass_and_its_load_peak_is_named():
+    plan = estimate(_dense({"dp": 8}, strategy="fsdp2"), config("qwen3-8b"))
+    assert "1 micro-batch(es) of 2 row(s)" in plan.in_flight  # 16 rows / dp 8, one forward
+    counts = param_counts(config("qwen3-8b"))
+    assert plan.load == 4 * counts.total and plan.load > plan.train  # every rank holds the whole fp32 model
+    assert plan.verl_load == 4 * (counts.total // 8 + counts.largest_tensor)
+
+
+def test_30b_fsdp_rows_fit_once_they_load_the_way_verl_does():
+    scenario = _dense({"dp": 16}, strategy="fsdp2")
+    counts = param_counts(config("qwen3-30b-a3b"))
+    today = estimate(scenario, config("qwen3-30b-a3b"))
+    assert today.level == "over" and today.load == pytest.approx(122e9, rel=0.01)
+    verl = estimate(scenario, config("qwen3-30b-a3b"), with_load(spec_for(scenario).memory, "rank0_broadcast"))
+    assert verl.level == "fits" and verl.total == verl.train  # the load peak is below the training peak
+    assert verl.load == 4 * (counts.total // 16 + counts.largest_tensor)  # the shard + one tensor being broadcast
+    assert verl.host_load == 4 * counts.total  # rank 0 reads the model on the host
+    assert counts.largest_tensor == 128 * 2 * 768 * 2048  # transformers' fused expert gate_up, above the embedding
+
+
+def test_full_recompute_keeps_layer_inputs_and_one_group():
+    base = _dense({"tp": 4, "pp": 2, "sequence_parallel": True})
+    full = base.model_copy(update={"mcore_kwargs": {"use_distributed_optimizer": True, "recompute_granularity": "full",
+                                                    "recompute_method": "uniform", "recompute_num_layers": 1}})
+    qwen8 = config("qwen3-8b")
+    plain, recomputed = stage_plans(base, qwen8)[0], stage_plans(full, qwen8)[0]
+    dims = param_counts(qwen8)
+    # 18 layers on the stage, 2 micro-batches in flight, 1024 tokens / tp 4 (SP) of hidden 4096 in bf16
+    assert recomputed.activations == 18 * 2 * 1024 * dims.hidden // 4 * 2
+    assert recomputed.activations < plain.activations / 10 and recomputed.train <= plain.train
+
+
+def test_optimizer_offload_and_fsdp_cpu_offload_leave_the_device():
+    layout = {"tp": 4, "pp": 2, "ep": 4, "dp": 2, "sequence_parallel": True}
+    on_device = estimate(_moe(layout), config("qwen3-30b-a3b"))
+    half = estimate(_moe(layout).model_copy(update={"mcore_kwargs": {
+        "use_distributed_optimizer": True, "optimizer_cpu_offload": True, "optimizer_offload_fraction": 0.5}}),
+        config("qwen3-30b-a3b"))
+    assert half.optimizer == pytest.approx(on_device.optimizer / 2, rel=1e-3)
+    verl = Scenario(model="x", strategy="verl_fsdp", layout={"dp": 8}, device="npu", dtype="bf16", workload=BIG,
+                    actor_rollout_ref={"actor.fsdp_config.offload_policy": True})
+    offloaded = estimate(verl, config("qwen3-8b"))
+    assert offloaded.weights == offloaded.grads == offloaded.optimizer == 0
+
+
+def test_moe_dispatch_buffers_and_router_count_for_moe_models_only():
+    layout = {"tp": 4, "pp": 2, "ep": 4, "dp": 2, "sequence_parallel": True}
+    moe = estimate(_moe(layout), config("qwen3-30b-a3b"))
+    dense_like = {**config("qwen3-30b-a3b"), "num_experts": 0}
+    assert moe.activations > estimate(_moe(layout), dense_like).activations
+
+
+def test_the_loss_holds_vocabulary_wide_fp32_tensors_on_the_last_stage():
+    """harness/contract/losses.py: log-softmax, its exp and their products' gradients over the whole vocabulary."""
+    plan = estimate(_dense({"dp": 8}, strategy="fsdp2"), config("qwen3-8b"))
+    dims = param_counts(config("qwen3-8b"))
+    assert plan.loss == 2 * 1024 * dims.vocab * 4 * LOSS_VOCAB_COPIES

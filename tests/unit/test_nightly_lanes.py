@@ -1,11 +1,15 @@
 """Every Ascend lane of the nightly workflow starts no more ranks than its runner set has cards (verl's runner-set
 names end with the card count of their one node), and a planted lane that would is caught; tox passes every
-model-path variable the scenario files use."""
+model-path variable the scenario files use; a device lane installs the harness without a package index and checks
+what it installed. The lanes are read by the workflow linter's own parser (ci/lint_workflows.py lanes)."""
 
 from __future__ import annotations
 
 import configparser
+import importlib.metadata as md
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,34 +21,28 @@ from parity.harness.run.cards import Oversubscribed, host_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 NIGHTLY = ROOT / ".github" / "workflows" / "nightly.yml"
-_MATRIX_REF = re.compile(r"\$\{\{\s*matrix\.(\w+)\s*\}\}")
 
 
-def lanes(workflow: dict) -> list[tuple[str, str, str, str]]:
-    """(job, runner set, scenario files, pytest -m markers) of every lane that runs ci/nightly.sh npu."""
-    found = []
-    for name, job in workflow["jobs"].items():
-        steps = [s for s in job.get("steps", []) if "ci/nightly.sh npu" in s.get("run", "")]
-        if not steps:
-            continue
-        env = steps[0]["env"]
-        rows = job.get("strategy", {}).get("matrix", {}).get("include") or [{}]
-        for row in rows:
-            def value(text: str, row: dict = row) -> str:
-                return _MATRIX_REF.sub(lambda m: str(row[m.group(1)]), text)
-            files = re.sub(r"\$\{\{\s*inputs\.scenarios \|\| (matrix\.\w+)\s*\}\}", r"${{ \1 }}", env["PARITY_FILES"])
-            found.append((name, value(job["runs-on"]), value(files), value(env["PARITY_MARKERS"])))
-    return found
+def _ci_module(name: str):
+    spec = importlib.util.spec_from_file_location(f"ci_{name}", ROOT / "ci" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+lint_workflows = _ci_module("lint_workflows")
+check_install = _ci_module("check_install")
 
 
 def overfull(workflow: dict) -> list[str]:
     """'job/scenario: N ranks > C cards' for every scenario a lane would start on too few cards."""
     problems = []
-    for job, runner, files, markers in lanes(workflow):
-        cards = int(runner.rsplit("-", 1)[-1])
-        for path in files.split():
+    for lane in lint_workflows.lanes(workflow):
+        job, runner, cards = lane.job, lane.runner, int(lane.runner.rsplit("-", 1)[-1])
+        for path in lane.files:
             for scenario in load_file(ROOT / path):
-                if not matches(markers, " ".join(scenario.marks)):
+                if not matches(lane.markers, " ".join(scenario.marks)):
                     continue
                 try:
                     ranks = host_ranks(scenario.layout, None, "npu")
@@ -58,7 +56,7 @@ def overfull(workflow: dict) -> list[str]:
 
 def test_every_lane_fits_its_runner_set():
     workflow = yaml.safe_load(NIGHTLY.read_text())
-    assert {job for job, *_ in lanes(workflow)} == {"smoke", "strict", "ascend"}
+    assert {lane.job for lane in lint_workflows.lanes(workflow)} == {"smoke", "strict", "ascend"}
     assert overfull(workflow) == []
 
 
@@ -101,3 +99,22 @@ def test_tox_passes_every_model_path_variable(scenario_file):
     wildcards = [p.removesuffix("*") for p in passed if p.endswith("*")]
     missing = {v for v in used if v not in passed and not any(v.startswith(w) for w in wildcards)}
     assert not missing, f"tox.ini [testenv:ascend-nightly] pass_env lacks {sorted(missing)} ({scenario_file.name})"
+
+
+def test_a_device_lane_installs_from_the_wheelhouse_without_a_package_index():
+    """ci/nightly.sh npu: the one pip install it runs names --no-index and the wheelhouse, and then the check."""
+    script = (ROOT / "ci" / "nightly.sh").read_text()
+    npu = script[script.index("  npu)"):script.index("  cpu)")]
+    installs = [line for line in npu.splitlines() if re.search(r"\bpip\s+install\b", line)]
+    assert len(installs) == 1 and "--no-index --find-links" in installs[0], installs
+    assert "python ci/check_install.py" in npu
+
+
+def test_the_install_check_names_what_is_missing_or_too_old(monkeypatch):
+    requires = ["pyyaml>=6", "no-such-distribution>=1", "tabulate>=999", "megatron-core==0.16.1; extra == 'megatron'"]
+    monkeypatch.setattr(check_install.md, "requires", lambda dist: requires)
+    problems = check_install.problems()
+    assert problems == ["no-such-distribution: not installed (no-such-distribution>=1)",
+                        f"tabulate: {md.version('tabulate')} is installed, the harness needs tabulate>=999"]
+    monkeypatch.setattr(check_install.md, "requires", lambda dist: ["pyyaml>=6"])
+    assert check_install.problems() == []

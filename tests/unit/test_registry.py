@@ -10,7 +10,7 @@ import pytest
 from parity.engines.specs import BUILTIN, MEGATRON_LAYOUT_KEYS
 from parity.harness.config import registry, validate
 from parity.harness.config.matrix import parse_scenario
-from parity.harness.config.verl_config import LAYOUT_FIELDS
+from parity.harness.config.verl_blocks import MEGATRON as VERL_MEGATRON_BLOCK
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import EngineSpec, Requirement, module_present
 
@@ -31,7 +31,7 @@ def test_alias_and_retired_names_resolve_to_the_spec():
 def test_layout_owned_megatron_keys_are_stated_once():
     """verl's McoreEngineConfig names translate through the megatron spec's table, not a copy of it."""
     for name, where in MEGATRON_LAYOUT_KEYS.items():
-        assert LAYOUT_FIELDS[name] == where.removeprefix("layout.")
+        assert VERL_MEGATRON_BLOCK[name].field == where
     from parity.engines.megatron.config import RESERVED  # the engine refuses the same keys
 
     assert set(MEGATRON_LAYOUT_KEYS) <= set(RESERVED)

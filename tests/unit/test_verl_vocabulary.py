@@ -33,15 +33,17 @@ def test_both_current_verl_forms_load_as_the_mindspeed_engine():
     pr6316, pr7374 = load_file(DATA / "verl" / "every_version.yaml")
     for scenario in (pr6316, pr7374):
         assert spec_for(scenario).name == "mindspeed_megatron"
-        assert scenario.mcore_kwargs == {"moe_token_dispatcher_type": "alltoall"}
-        assert scenario.layout.tag() == "dp2-tp2-ep2-sp" and scenario.device == "npu"
+        # verl's McoreEngineConfig defaults: distributed optimizer on, expert_tensor_parallel_size null = tp
+        assert scenario.mcore_kwargs == {"use_distributed_optimizer": True, "moe_token_dispatcher_type": "alltoall"}
+        assert scenario.layout.tag() == "dp2-tp2-ep2-etp2-sp" and scenario.device == "npu"
 
 
 def test_verl_megatron_off_npu_stays_the_plain_megatron_engine(write_yaml):
     path = write_yaml("matrix:\n  - model: tiny-qwen3\n    device: cpu\n    verl: {strategy: megatron, "
                       "override_transformer_config: {moe_token_dispatcher_type: alltoall}}\n")
     (scenario,) = load_file(path)
-    assert scenario.strategy == "megatron" and scenario.mcore_kwargs == {"moe_token_dispatcher_type": "alltoall"}
+    assert scenario.strategy == "megatron"
+    assert scenario.mcore_kwargs == {"use_distributed_optimizer": True, "moe_token_dispatcher_type": "alltoall"}
 
 
 def test_override_transformer_config_must_be_a_mapping(write_yaml):

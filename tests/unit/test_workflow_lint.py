@@ -77,39 +77,99 @@ PLANTED = {
                         ['[job-needs] job "report" needs job "gpu" which does not exist']),
     "undeclared_runner_label": ("runner: linux-aarch64-a3-16", "runner: linux-aarch64-a9-99",
                                 ['[runner-label] label "linux-aarch64-a9-99" is unknown']),
-    "yaml_syntax": ("    timeout-minutes: 180\n", "    timeout-minutes: 180\n   steps: [\n", ["[yaml] invalid YAML"]),
+    "yaml_syntax": ("    timeout-minutes: 200\n", "    timeout-minutes: 200\n   steps: [\n", ["[yaml] invalid YAML"]),
 }
-# The Ascend runner contract (ci/lint_workflows.py contract_findings): name -> (text, replacement, expected)
+# The Ascend runner contract (ci/lint_workflows.py contract_findings): name -> (text, replacement, kind, what every
+# finding of the planted file says). Each is one mistake verl's or this project's nightly made.
 CONTRACT = {
     "no_container": ("    runs-on: ${{ matrix.runner }}\n    container:\n"
-                     "      image: ${{ needs.images.outputs.core012 }}\n      options: --shm-size 16g\n",
-                     "    runs-on: ${{ matrix.runner }}\n",
+                     "      image: ${{ needs.prepare.outputs[matrix.image] }}\n      options: --shm-size 16g\n",
+                     "    runs-on: ${{ matrix.runner }}\n", "ascend-contract",
                      'job "ascend" runs on an Ascend runner set without a container image'),
     "label_list": ("    runs-on: linux-aarch64-a2b3-8\n", "    runs-on: [self-hosted, linux-aarch64-a2b3-8]\n",
-                   'job "smoke": runs-on must be the runner-set name alone'),
-    "ungated": ("    name: ascend (${{ matrix.lane }})\n    needs: [images, smoke]\n",
-                "    name: ascend (${{ matrix.lane }})\n    needs: [images]\n",
+                   "ascend-contract", 'job "smoke": runs-on must be the runner-set name alone'),
+    "ungated": ("    name: ascend (${{ matrix.lane }})\n    needs: [prepare, smoke, goldens]\n",
+                "    name: ascend (${{ matrix.lane }})\n    needs: [prepare, goldens]\n", "ascend-contract",
                 'job "ascend" runs on an Ascend runner set without needing the "smoke" job'),
+    # queued for a day in every fork, then cancelled by the next night's run
+    "no_enable_switch": ("    needs: prepare\n    if: vars.PARITY_ASCEND_RUNNERS == 'true'\n",
+                         "    needs: prepare\n", "ascend-contract", 'job "smoke" runs on an Ascend runner set with no '
+                                                                     "enable switch"),
+    # the CPU lane switched off with the Ascend lanes
+    "cpu_lane_gated": ("    if: inputs.device != 'npu'\n",
+                       "    if: inputs.device != 'npu' && vars.PARITY_ASCEND_RUNNERS == 'true'\n",
+                       "ascend-contract", 'job "cpu" is not an Ascend job but depends on the Ascend switch'),
+    "report_skipped": ("    needs: [smoke, strict, ascend, cpu]\n    if: ${{ !cancelled() }}\n",
+                       "    needs: [smoke, strict, ascend, cpu]\n", "ascend-contract",
+                       'job "report" needs an Ascend job without `always()` or `!cancelled()`'),
+    # the a3-16 lane on the 910B image
+    "910b_image_on_a3": ("            image: current_a3\n", "            image: current_910b\n", "ascend-contract",
+                         "on linux-aarch64-a3-16 (a3 cards) takes image"),
+    "a3_default_is_910b": ("latest-vllm-a3-ubuntu", "latest-vllm-910b-ubuntu", "ascend-contract",
+                           "names the a3 chip but holds"),
+    # a manual dispatch (or the next night) cancels the running nightly
+    "cancel_on_schedule": ("  cancel-in-progress: ${{ github.event_name == 'workflow_dispatch' }}\n",
+                           "  cancel-in-progress: true\n", "schedule", "cancel-in-progress: true on a scheduled"),
+    "cancel_any_event": ("  group: ${{ github.workflow }}-${{ github.event_name }}-${{ github.ref }}\n",
+                         "  group: ${{ github.workflow }}-${{ github.ref }}\n", "schedule",
+                         "does not separate events"),
+    # two 8-card scenarios at once on the 16-card node, both on HCCL's default ports
+    "no_hccl_ranges": ("            hccl_host_ports: 60000-60099 60100-60199\n"
+                       "            hccl_npu_ports: 61000-61099 61100-61199\n", "", "ascend-contract",
+                       "2 workers run scenarios at once but PARITY_HCCL_"),
+    "overlapping_ranges": ("hccl_host_ports: 60000-60099 60100-60199", "hccl_host_ports: 60000-60150 60100-60199",
+                           "ascend-contract", "PARITY_HCCL_HOST_PORTS ranges overlap"),
+    "no_hccl_timeouts": ("    timeout-minutes: 200\n    env:\n      HCCL_CONNECT_TIMEOUT: \"600\"\n"
+                         "      HCCL_EXEC_TIMEOUT: \"1200\"\n", "    timeout-minutes: 200\n", "ascend-contract",
+                         "sets no HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT"),
+    "exec_timeout_above_scenarios": ('      HCCL_EXEC_TIMEOUT: "240"\n', '      HCCL_EXEC_TIMEOUT: "300"\n',
+                                     "ascend-contract", "HCCL_EXEC_TIMEOUT 300 s is not below the shortest scenario"),
+    # the old 180-minute jobs under 3 x 3600 s of scenarios
+    "job_timeout_below_scenarios": ("    timeout-minutes: 200\n", "    timeout-minutes: 60\n", "ascend-contract",
+                                    "timeout-minutes 60 is below its"),
+    # pip inside the image reaching for PyPI
+    "pip_from_an_index": ("        run: bash ci/nightly.sh npu \"smoke-${{ matrix.stack }}\"\n",
+                          "        run: |\n          pip install -e .\n"
+                          "          bash ci/nightly.sh npu \"smoke-${{ matrix.stack }}\"\n",
+                          "ascend-contract", "runs `pip install -e .`: inside the image pip installs with --no-index"),
+    "no_wheelhouse": ("      - uses: actions/download-artifact@v4\n        with:\n          name: parity-wheelhouse\n"
+                      "          path: wheelhouse\n      - name: Tiny-model smoke",
+                      "      - name: Tiny-model smoke", "ascend-contract",
+                      'job "smoke" does not download the parity-wheelhouse artifact'),
+    # goldens pinned to another run's artifact: gone after 90 days
+    "expiring_golden": ("          name: parity-goldens\n          path: goldens\n",
+                        "          name: parity-goldens\n          path: goldens\n"
+                        "          run-id: ${{ vars.PARITY_GOLDENS_RUN_ID }}\n"
+                        "          github-token: ${{ github.token }}\n",
+                        "golden-storage", "downloads another run's artifact (run-id)"),
 }
-PLANTED.update({name: (old, new, [f"[ascend-contract] {expected}"]) for name, (old, new, expected) in CONTRACT.items()})
+PLANTED.update({name: (old, new, [(f"[{kind}]", expected)]) for name, (old, new, kind, expected) in CONTRACT.items()})
+
+
+#: the contract mistakes also run through the command line, one of each kind of finding (all of them are checked
+#: in-process below, test_contract_check_alone)
+THROUGH_CLI = [name for name in PLANTED if name not in CONTRACT] + ["no_enable_switch", "910b_image_on_a3",
+                                                                    "cancel_on_schedule", "expiring_golden"]
 
 
 @pytest.fixture(scope="module")
 def planted_output(node_prefix, tmp_path_factory) -> tuple[int, str]:
-    """One linter run over every planted file (each run pays Node.js + wasm start-up)."""
+    """One linter run over the planted files (each run pays Node.js + wasm start-up and the harness's import)."""
     folder = tmp_path_factory.mktemp("planted")
-    paths = [plant(folder, name, old, new) for name, (old, new, _) in PLANTED.items()]
+    paths = [plant(folder, name, *PLANTED[name][:2]) for name in THROUGH_CLI]
     result = run_linter(node_prefix, *paths)
     return result.returncode, result.stdout
 
 
-@pytest.mark.parametrize("name", PLANTED)
+@pytest.mark.parametrize("name", THROUGH_CLI)
 def test_planted_mistake_is_caught(planted_output, name):
     returncode, stdout = planted_output
     assert returncode == 1
     lines = [line for line in stdout.splitlines() if f"/{name}.yml:" in line]
     for expected in PLANTED[name][2]:
-        assert any(expected in line for line in lines), f"{expected!r} not in:\n" + "\n".join(lines)
+        parts = (expected,) if isinstance(expected, str) else expected  # all in one finding
+        assert any(all(part in line for part in parts) for line in lines), f"{expected!r} not in:\n" + \
+            "\n".join(lines)
 
 
 def test_declared_ascend_labels_are_not_reported(node_prefix, tmp_path):
@@ -121,8 +181,8 @@ def test_declared_ascend_labels_are_not_reported(node_prefix, tmp_path):
     path = tmp_path / "ascend.yml"
     path.write_text(f"on: workflow_dispatch\njobs:\n{jobs}")
     result = run_linter(node_prefix, path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "runner-label" not in result.stdout
+    assert result.returncode in (0, 1), result.stdout + result.stderr  # the contract finds what this file lacks
+    assert "runner-label" not in result.stdout and "[ascend-contract]" in result.stdout
 
 
 def test_label_filter_drops_only_declared_labels():
@@ -148,8 +208,34 @@ def test_schema_check_locates_the_unexpected_key(tmp_path):
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_contract_check_alone(tmp_path, name):
-    """The contract half needs no Node.js: each planted mistake is one finding at its job; the clean file has none."""
-    old, new, expected = CONTRACT[name]
+    """The contract half needs no Node.js: each planted mistake is caught at its place, every finding it causes
+    says that mistake, and the clean file has none."""
+    old, new, kind, expected = CONTRACT[name]
     assert lint_workflows.contract_findings([str(NIGHTLY)]) == []
     findings = lint_workflows.contract_findings([str(plant(tmp_path, name, old, new))])
-    assert len(findings) == 1 and findings[0].kind == "ascend-contract" and expected in findings[0].message
+    assert findings, f"{name} was not caught"
+    assert all(f.kind == kind and expected in f.message for f in findings), "\n".join(map(str, findings))
+
+
+def test_goldens_recorded_without_a_release_are_caught(tmp_path):
+    """A goldens workflow that keeps the set in its artifact only (it expires); its clean twin publishes a release."""
+    goldens = WORKFLOWS / "goldens.yml"
+    assert lint_workflows.contract_findings([str(goldens)]) == []
+    text = goldens.read_text()
+    publish = text.index("  publish:\n")
+    path = tmp_path / "goldens.yml"
+    path.write_text(text[:publish])
+    findings = lint_workflows.contract_findings([str(path)])
+    assert [f.kind for f in findings] == ["golden-storage"] and "publishes no release asset" in findings[0].message
+
+
+@pytest.mark.parametrize(("cancel", "group", "caught"), [
+    ("${{ github.event_name == 'workflow_dispatch' }}", "${{ github.workflow }}-${{ github.event_name }}", False),
+    ("${{ github.event_name != 'schedule' }}", "${{ github.workflow }}-${{ github.event_name }}", False),
+    (False, "${{ github.workflow }}", False),
+    ("${{ github.event_name != 'workflow_dispatch' }}", "${{ github.workflow }}-${{ github.event_name }}", True),
+    ("${{ github.ref != 'refs/heads/main' }}", "${{ github.workflow }}-${{ github.event_name }}", True),
+    (True, "${{ github.workflow }}-${{ github.event_name }}", True),
+])
+def test_cancel_in_progress_is_read_for_a_scheduled_run(cancel, group, caught):
+    assert (lint_workflows._cancels_scheduled(cancel, group) is not None) is caught

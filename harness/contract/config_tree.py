@@ -1,0 +1,38 @@
+"""verl-style config trees, nested and/or dotted, as one dotted key per leaf. Below the engines and the scenario
+parsing both: the verl engines read their `actor_rollout_ref` tree with it (engines/verl/keys.py), and the
+scenario's `verl:` block for the harness's own engines (harness/config/verl_blocks.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: the verl tree's root in the messages of engines/verl/keys.py
+DEFAULT_ROOT = "actor_rollout_ref"
+
+
+def flatten(tree: Any, prefix: str = "", root: str = DEFAULT_ROOT) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """A nested and/or dotted verl tree -> ({dotted key: leaf value}, [(where, problem)]). Mappings nest
+    (dict-typed verl fields such as mixed_precision flatten to their keys); lists and empty mappings are leaves.
+    `root` names the tree in the problems' keys."""
+    flat: dict[str, Any] = {}
+    problems: list[tuple[str, str]] = []
+    if not isinstance(tree, Mapping):
+        return flat, [(f"{root}{prefix and '.' + prefix}", "must be a mapping of verl config keys")]
+    for key, value in tree.items():
+        if not isinstance(key, str) or not key:
+            problems.append((f"{root}.{prefix}", f"config keys are strings, got {key!r}"))
+            continue
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, Mapping) and value:
+            inner, inner_problems = flatten(value, path, root)
+            problems += inner_problems
+            for leaf, leaf_value in inner.items():
+                if leaf in flat:
+                    problems.append((f"{root}.{leaf}", "given twice (nested and as a dotted key)"))
+                flat[leaf] = leaf_value
+        else:
+            if path in flat:
+                problems.append((f"{root}.{path}", "given twice (nested and as a dotted key)"))
+            flat[path] = dict(value) if isinstance(value, Mapping) else value
+    return flat, problems

@@ -1,0 +1,200 @@
+"""verl's engine blocks taken whole by the `verl:` block (harness/config/verl_blocks.py): every key of the blocks
+verl generates has a rule (tests/data/verl/generated_blocks.yaml, and the installed verl's own generated configs in
+the verl lane), the blocks as generated translate (one key, use_remove_padding, refused with its reason), nested
+and dotted trees are the same, verl's defaults and Megatron's etp rule apply, and each kind of refusal names the
+key and why."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from parity.harness.config.errors import ScenarioError
+from parity.harness.config.matrix import load_file
+from parity.harness.config.verl_blocks import ACTOR
+from parity.harness.config.verl_config import FAMILIES, _rule, translate
+from parity.harness.contract.config_tree import flatten
+from tests.conftest import DATA
+
+GENERATED = yaml.safe_load((DATA / "verl" / "generated_blocks.yaml").read_text())
+WHERE = {"file": "f.yaml", "scenario": "s"}
+
+
+def _unknown(tree: dict[str, Any], family: str) -> list[tuple[str, str]]:
+    leaves, problems = flatten(tree)
+    assert not problems
+    return [(key, why) for key in leaves if key.startswith(ACTOR) and not key.endswith("_target_")
+            for found, why in [_rule(key, family)] if found is None]
+
+
+@pytest.mark.parametrize("family", ["megatron", "fsdp"])
+def test_every_key_verl_generates_has_a_rule(family):
+    assert _unknown({"actor_rollout_ref": GENERATED[family]["actor_rollout_ref"]}, family) == []
+
+
+def _installed_verl_config(name: str) -> dict[str, Any]:
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("verl lane only: verl is not installed (pip install -e '.[verl]' -c ci/constraints-verl.txt)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config" / name
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize(("family", "name", "blocks"), [
+    ("megatron", "_generated_ppo_megatron_trainer.yaml", ("megatron", "optim")),
+    ("fsdp", "_generated_ppo_trainer.yaml", ("fsdp_config", "optim"))])
+def test_the_installed_verls_generated_blocks_have_rules(family, name, blocks):
+    actor = _installed_verl_config(name)["actor_rollout_ref"]["actor"]
+    assert _unknown({"actor_rollout_ref": {"actor": {b: actor[b] for b in blocks}}}, family) == []
+
+
+def _scenario(verl: dict[str, Any], **raw: Any) -> dict[str, Any]:
+    return translate({"model": "tiny-qwen3-moe", **raw, "verl": verl}, WHERE)
+
+
+def test_the_generated_megatron_block_translates_but_for_packed_sequences():
+    block = GENERATED["megatron"]
+    with pytest.raises(ScenarioError, match=r"key 'verl.actor_rollout_ref.actor.megatron.use_remove_padding': True "
+                                            r"is refused: the harness's Megatron engines feed padded \(BSHD\)"):
+        _scenario(block, device="npu")
+    dotted = {**block, "actor_rollout_ref.actor.megatron.use_remove_padding": False}
+    dotted["actor_rollout_ref"] = {"actor": {**block["actor_rollout_ref"]["actor"]}}
+    dotted["actor_rollout_ref"]["actor"]["megatron"] = {
+        k: v for k, v in block["actor_rollout_ref"]["actor"]["megatron"].items() if k != "use_remove_padding"}
+    out = _scenario(dotted, device="npu")
+    assert out["strategy"] == "mindspeed_megatron" and out["dtype"] == "bf16"  # verl's megatron on npu, its dtype
+    # verl's default degrees; sequence_parallel (verl's default true) forced off at tp 1
+    assert out["layout"] == {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "sequence_parallel": False, "dp": 1}
+    assert out["mcore_kwargs"] == {"use_distributed_optimizer": True, "recompute_granularity": None,
+                                   "recompute_modules": ["core_attn"], "recompute_method": None,
+                                   "recompute_num_layers": None, "attention_backend": "flash",
+                                   # the optim block's Megatron OptimizerConfig fields, dtypes as torch names
+                                   "use_precision_aware_optimizer": False, "main_grads_dtype": "float32",
+                                   "exp_avg_dtype": "float32", "exp_avg_sq_dtype": "float32"}
+    assert out["workload"] == {"seed": 42, "lr": 1e-6, "weight_decay": 0.01, "grad_clip": 1.0, "optimizer": "adamw"}
+
+
+def test_the_generated_fsdp_block_translates():
+    out = _scenario(GENERATED["fsdp"], device="npu")
+    assert out["strategy"] == "fsdp2" and out["dtype"] == "bf16" and out["layout"] == {"ulysses": 1, "dp": 1}
+    assert out["fsdp_kwargs"] == {"reshard_after_forward": True}
+    assert out["workload"] == {"seed": 42, "lr": 1e-6, "weight_decay": 0.01, "grad_clip": 1.0, "optimizer": "adamw"}
+
+
+def test_nested_dotted_and_flat_forms_are_one_scenario(write_yaml):
+    path = write_yaml("""
+        defaults: {model: tiny-qwen3-moe, device: cpu}
+        matrix:
+          - verl:
+              actor_rollout_ref: {actor: {strategy: megatron, megatron: {tensor_model_parallel_size: 2,
+                                  expert_model_parallel_size: 2}}}
+              trainer: {n_gpus_per_node: 4}
+            name: nested
+          - verl:
+              actor_rollout_ref.actor.strategy: megatron
+              actor_rollout_ref.actor.megatron.tensor_model_parallel_size: 2
+              actor_rollout_ref.actor.megatron.expert_model_parallel_size: 2
+              trainer.n_gpus_per_node: 4
+            name: dotted
+          - verl: {strategy: megatron, tensor_model_parallel_size: 2, expert_model_parallel_size: 2, n_gpus_per_node: 4}
+            name: flat
+    """)
+    nested, dotted, flat = load_file(path)
+    for scenario in (nested, dotted, flat):
+        assert scenario.strategy == "megatron" and scenario.dtype == "bf16"
+        # verl's defaults: SP on (tp 2), etp null = tp, distributed optimizer on
+        assert scenario.layout.tag() == "dp2-tp2-ep2-etp2-sp"
+        assert scenario.mcore_kwargs == {"use_distributed_optimizer": True}
+
+
+@pytest.mark.parametrize(("etp", "expected"), [(None, 2), (1, 1), (2, 2)])
+def test_expert_tensor_parallel_null_is_the_tensor_parallel_size(etp, expected):
+    out = _scenario({"strategy": "megatron", "tensor_model_parallel_size": 2, "expert_model_parallel_size": 2,
+                     "expert_tensor_parallel_size": etp, "n_gpus_per_node": 4})
+    assert out["layout"]["etp"] == expected
+
+
+def test_verls_current_30b_nightly_layout():
+    """verl's tests/special_npu/nightly_ci_ascend/run_gspo_qwen3_30b_megatron_npu.sh, its actor engine keys."""
+    actor = "actor_rollout_ref.actor."
+    out = _scenario({f"{actor}strategy": "megatron", f"{actor}megatron.tensor_model_parallel_size": 2,
+                     f"{actor}megatron.pipeline_model_parallel_size": 1,
+                     f"{actor}megatron.expert_model_parallel_size": 8,
+                     f"{actor}megatron.expert_tensor_parallel_size": 1,
+                     f"{actor}megatron.param_offload": True, f"{actor}megatron.grad_offload": True,
+                     f"{actor}megatron.optimizer_offload": True, f"{actor}megatron.use_mbridge": True,
+                     f"{actor}megatron.vanilla_mbridge": True,
+                     f"{actor}megatron.override_transformer_config.moe_router_dtype": "fp32",
+                     f"{actor}megatron.override_transformer_config.recompute_method": "uniform",
+                     f"{actor}megatron.override_transformer_config.recompute_granularity": "full",
+                     f"{actor}megatron.override_transformer_config.recompute_num_layers": 1,
+                     f"{actor}optim.lr": 1e-6, "trainer.n_gpus_per_node": 16, "trainer.nnodes": 1},
+                    device="npu")
+    assert out["strategy"] == "mindspeed_megatron"
+    assert out["layout"] == {"tp": 2, "pp": 1, "ep": 8, "etp": 1, "sequence_parallel": True, "nodes": 1,
+                             "nproc_per_node": 16, "dp": 8}
+    assert out["mcore_kwargs"] == {"use_distributed_optimizer": True, "moe_router_dtype": "fp32",
+                                   "recompute_method": "uniform", "recompute_granularity": "full",
+                                   "recompute_num_layers": 1}
+
+
+@pytest.mark.parametrize(("verl", "key", "message"), [
+    # Only: a value the harness's engines do not run
+    ({"actor_rollout_ref.actor.optim.lr_scheduler_type": "cosine"}, "actor_rollout_ref.actor.optim.lr_scheduler_type",
+     "'cosine' is refused: the harness and its reference train at a constant learning rate"),
+    ({"actor_rollout_ref.actor.optim.betas": [0.9, 0.95]}, "actor_rollout_ref.actor.optim.betas",
+     "refused: the harness's optimizers and its reference use AdamW betas"),
+    ({"strategy": "megatron", "use_megatron_fsdp": True}, "use_megatron_fsdp", "Megatron-FSDP is another engine"),
+    # unknown keys, with did-you-mean
+    ({"actor_rollout_ref.actor.megatron.tensor_model_paralel_size": 2},
+     "actor_rollout_ref.actor.megatron.tensor_model_paralel_size", "did you mean 'tensor_model_parallel_size'"),
+    # a block the strategy does not read
+    ({"strategy": "fsdp", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2},
+     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size", "read by verl's megatron engines only"),
+    ({"strategy": "fsdp", "use_distributed_optimizer": True}, "use_distributed_optimizer",
+     "read by verl's megatron engines only"),
+    # outside the engine blocks
+    ({"actor_rollout_ref.actor.clip_ratio": 0.2}, "actor_rollout_ref.actor.clip_ratio", "workload sets the loss"),
+    ({"actor_rollout_ref.model.path": "/m"}, "actor_rollout_ref.model.path", "the model comes from the scenario"),
+    ({"trainer.total_epochs": 3}, "trainer.total_epochs", "only trainer.n_gpus_per_node"),
+    # a value verl would reject too
+    ({"strategy": "megatron", "tensor_model_parallel_size": 0}, "tensor_model_parallel_size", "not a parallel degree"),
+    ({"actor_rollout_ref.actor.megatron.dtype": "fp8"}, "actor_rollout_ref.actor.megatron.dtype", "unknown dtype"),
+    # an interpolation whose value matters
+    ({"actor_rollout_ref.actor.optim.lr": "${data.lr}"}, "actor_rollout_ref.actor.optim.lr", "OmegaConf interpolation"),
+])
+def test_each_refusal_names_the_key_and_why(verl, key, message):
+    with pytest.raises(ScenarioError, match=r"key 'verl\.") as caught:
+        _scenario(verl)
+    assert caught.value.key == f"verl.{key}" and message in caught.value.detail
+
+
+def test_every_refused_key_is_listed_in_one_error():
+    with pytest.raises(ScenarioError) as caught:
+        _scenario({"actor_rollout_ref.actor.optim.lr_scheduler_type": "cosine",
+                   "actor_rollout_ref.actor.megatron.use_megatron_fsdp": True})
+    assert "lr_scheduler_type" in caught.value.key and "use_megatron_fsdp" in caught.value.detail
+
+
+def test_oc_select_references_resolve_against_the_block():
+    actor = "actor_rollout_ref.actor."
+    out = _scenario({f"{actor}strategy": "megatron", f"{actor}megatron.use_distributed_optimizer":
+                     "${oc.select:actor_rollout_ref.actor.megatron.sequence_parallel,True}",
+                     f"{actor}megatron.sequence_parallel": False, f"{actor}megatron.tensor_model_parallel_size": 2})
+    assert out["mcore_kwargs"] == {"use_distributed_optimizer": False}
+
+
+def test_the_scenarios_own_fields_and_verl_agree_or_fail():
+    assert _scenario({"actor_rollout_ref.actor.optim.lr": 1e-6}, workload={"lr": 1e-6})["workload"]["lr"] == 1e-6
+    with pytest.raises(ScenarioError, match="verl sets 2e-06, the scenario's workload 1e-06: give it once"):
+        _scenario({"actor_rollout_ref.actor.optim.lr": 2e-6}, workload={"lr": 1e-6})
+
+
+def test_every_strategy_family_is_a_harness_engine():
+    from parity.harness.config.registry import SPECS
+
+    assert set(FAMILIES) <= set(SPECS)

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from parity.engines import tensor_parallel, ulysses
 from parity.engines.feeds import Feed, packed_feed, padded_feed
-from parity.engines.hf_common import load_hf_model, make_optimizer
+from parity.engines.hf_common import broadcast_into_shards, load_hf_model, load_on_rank0, make_optimizer
 from parity.engines.specs import FSDP2
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
@@ -42,7 +42,11 @@ class FSDP2Engine(Engine):
             ulysses.register()
             groups = [dist.new_group(list(range(d * self.sp, (d + 1) * self.sp))) for d in range(self.dp)]
             ulysses.STATE.group = groups[self.dp_rank]
-        model = load_hf_model(self.ctx, ulysses.ATTN_NAME if self.sp > 1 else "sdpa")
+        attention = ulysses.ATTN_NAME if self.sp > 1 else "sdpa"
+        # verl's way (rank 0 reads, the others build on meta, tensors broadcast into the shards); under TP the
+        # parallelize_module calls distribute every weight from its local value, so every rank loads it
+        model, full_state = (load_on_rank0(self.ctx, attention) if self.tp == 1
+                             else (load_hf_model(self.ctx, attention), None))
         settings = self.fully_shard_settings(self.ctx.scenario.fsdp_kwargs)
         mp = MixedPrecisionPolicy(param_dtype=settings["param_dtype"], reduce_dtype=settings["reduce_dtype"])
         if self.tp > 1:
@@ -55,6 +59,8 @@ class FSDP2Engine(Engine):
         for layer in model.model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=settings["reshard_after_forward"])
         fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=settings["reshard_after_forward"])
+        if self.tp == 1:
+            broadcast_into_shards(model, full_state, self.ctx.device)
         self.model = model
         # after fully_shard, which replaces every parameter with its sharded DTensor
         self.tp_partial = tensor_parallel.partial_grad_params(model) if self.tp > 1 else []

@@ -14,8 +14,10 @@ from parity.harness.contract.schema import Workload
 from parity.harness.contract.workload import Batch
 
 
-def load_hf_model(ctx: EngineContext, attn_implementation: str = "sdpa") -> torch.nn.Module:
-    """fp32 master weights on ctx.device; low precision comes from autocast / mixed-precision policies."""
+def load_hf_model(ctx: EngineContext, attn_implementation: str = "sdpa",
+                  device: torch.device | None = None) -> torch.nn.Module:
+    """fp32 master weights on `device` (default ctx.device); low precision comes from autocast / mixed-precision
+    policies."""
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(ctx.checkpoint)
@@ -23,7 +25,45 @@ def load_hf_model(ctx: EngineContext, attn_implementation: str = "sdpa") -> torc
     model = transformers.AutoModelForCausalLM.from_pretrained(
         ctx.checkpoint, config=config, dtype=torch.float32, attn_implementation=attn_implementation)
     model.config.use_cache = False
-    return model.to(ctx.device)
+    return model.to(device or ctx.device)
+
+
+def load_on_rank0(ctx: EngineContext, attn_implementation: str = "sdpa") -> tuple[torch.nn.Module, dict | None]:
+    """The model as verl's FSDP engine loads it (verl/workers/engine/fsdp/transformer_impl.py _build_module): rank 0
+    reads the checkpoint in fp32 on the host, every other rank builds the model from its config on the meta device.
+    Returns the model and rank 0's full state dict (None elsewhere), for `broadcast_into_shards` once the model is
+    sharded: no rank ever holds the whole model on its device."""
+    import transformers
+
+    if ctx.rank == 0:
+        model = load_hf_model(ctx, attn_implementation, device=torch.device("cpu"))
+        return model, model.state_dict()
+    config = transformers.AutoConfig.from_pretrained(ctx.checkpoint)
+    ctx.faults.patch_hf_config(config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32,
+                                                              attn_implementation=attn_implementation)
+    model.config.use_cache = False
+    return model, None
+
+
+def broadcast_into_shards(model: torch.nn.Module, full_state: dict | None, device: torch.device) -> None:
+    """After sharding (fully_shard / TP), fill every rank's shards from rank 0's state dict, tensor by tensor
+    (torch's set_model_state_dict with broadcast_from_rank0, as verl's fsdp2_load_full_state_dict), and the buffers
+    a state dict leaves out (RoPE's inv_freq) from rank 0's, by name."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    if full_state is None:
+        model.to_empty(device=device)
+    else:
+        model.to(device)
+    set_model_state_dict(model, full_state or {}, options=StateDictOptions(full_state_dict=True,
+                                                                          broadcast_from_rank0=True))
+    persistent = set(model.state_dict())
+    for name, buffer in sorted(model.named_buffers()):
+        if name not in persistent:
+            dist.broadcast(buffer.data, src=0)
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], workload: Workload) -> torch.optim.Optimizer:

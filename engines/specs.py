@@ -23,6 +23,8 @@ MEGATRON_MEMORY = MemoryTraits(sharding="megatron", load="sharded_read", grad_bu
                                micro_batch_rows="parity.engines.megatron.rules:micro_batch_rows")
 #: transformers models under FSDP2 that every rank loads whole (engines/hf_common.py load_hf_model), then shards
 FSDP_MEMORY = MemoryTraits(sharding="fully_sharded", load="replicated")
+#: fsdp2 loads as verl does: rank 0 on the host, the others on meta, tensors broadcast into their shards
+FSDP2_MEMORY = MemoryTraits(sharding="fully_sharded", load="rank0_broadcast")
 
 MEGATRON_CORE = Requirement(
     module="megatron.core", distribution="megatron-core", versions=">=0.12.1,<0.17",
@@ -44,7 +46,7 @@ FSDP2 = EngineSpec(
     summary="transformers model under torch FSDP2 fully_shard, with Ulysses sequence parallel or 2-D FSDP x TP",
     packings=PACKINGS,
     dims=frozenset({"dp", "ulysses", "tp"}), kwargs_blocks=("fsdp_kwargs",),
-    rules="parity.engines.specs:fsdp2_layout_errors", memory=FSDP_MEMORY,
+    rules="parity.engines.specs:fsdp2_layout_errors", memory=FSDP2_MEMORY,
     preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2"))
 
 MEGATRON = EngineSpec(

@@ -9,6 +9,7 @@ rows.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,13 +17,27 @@ import torch.distributed as dist
 
 from parity.engines import tensor_parallel, ulysses
 from parity.engines.feeds import Feed, packed_feed, padded_feed
-from parity.engines.hf_common import broadcast_into_shards, load_hf_model, load_on_rank0, make_optimizer
+from parity.engines.hf_common import (
+    broadcast_into_shards,
+    hf_state_to_checkpoint,
+    load_hf_model,
+    load_on_rank0,
+    make_optimizer,
+    make_scheduler,
+    param_group_lrs,
+    step_scheduler,
+    zero_adam_moments,
+)
 from parity.engines.specs import FSDP2
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
+from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.optim_state import torch_optimizer_steps
 from parity.harness.contract.workload import Batch, per_position
+
+#: where the DCP checkpoint and the scheduler's state go in a checkpoint directory
+DCP_DIR, SCHEDULER_FILE = "dcp", "scheduler.pt"
 
 
 class FSDP2Engine(Engine):
@@ -64,7 +79,13 @@ class FSDP2Engine(Engine):
         self.model = model
         # after fully_shard, which replaces every parameter with its sharded DTensor
         self.tp_partial = tensor_parallel.partial_grad_params(model) if self.tp > 1 else []
-        self.optimizer = make_optimizer(model.parameters(), self.ctx.scenario.workload)
+        self.build_optimizer(model)
+
+    def build_optimizer(self, model: torch.nn.Module) -> None:
+        """The workload's optimizer and schedule over the sharded parameters (after fully_shard, which replaces
+        every parameter with its DTensor: the weight-decay rule reads each one's full ndim)."""
+        self.optimizer = make_optimizer(model.named_parameters(), self.ctx.scenario.workload, self.ctx.faults)
+        self.scheduler = make_scheduler(self.optimizer, self.ctx.scenario.workload, self.ctx.faults)
 
     def fully_shard_settings(self, given: dict[str, Any]) -> dict[str, Any]:
         """fully_shard arguments from fsdp_kwargs over the scenario's defaults; unknown keys are not used
@@ -144,16 +165,59 @@ class FSDP2Engine(Engine):
                                  grad_groups.hf_group, step)
         groups = tensor_parallel.group_grad_norms(named)
         grad_norm = self.clip_grads(self.ctx.scenario.workload.grad_clip)
+        lrs = param_group_lrs(self.optimizer)
         if not faults.skips_optimizer_step(step):
             self.optimizer.step()
+        step_scheduler(self.scheduler, faults, step)
         total = loss.detach().clone()
         dist.all_reduce(total)
         if self.ctx.rank != 0:
             return None
-        return StepOutput(loss=float(total) / self.loss_replicas(), grad_norm=grad_norm, group_grad_norms=groups)
+        return StepOutput(loss=float(total) / self.loss_replicas(), grad_norm=grad_norm, group_grad_norms=groups,
+                          lr=lrs)
 
     def optimizer_steps(self) -> int | None:
         return torch_optimizer_steps(self.optimizer)
+
+    # ---- its checkpoint: torch Distributed Checkpoint (DCP) of the sharded model and optimizer ------------------
+    def save_checkpoint(self, directory: Path) -> None:
+        """Model and optimizer state as DTensor shards through torch.distributed.checkpoint (each rank writes its
+        own; DCP reshards on load), the scheduler's state (the same on every rank) from rank 0."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(directory / DCP_DIR))
+        if self.ctx.rank == 0:
+            torch.save(self.scheduler.state_dict(), directory / SCHEDULER_FILE)
+
+    def load_checkpoint(self, directory: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_state, "optimizer": optim_state}
+        dcp.load(state, checkpoint_id=str(directory / DCP_DIR))
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+        self.scheduler.load_state_dict(torch.load(directory / SCHEDULER_FILE, weights_only=False))
+        if self.ctx.faults.active("resume_adam_moments_zeroed"):
+            zero_adam_moments(self.optimizer)
+
+    @classmethod
+    def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:
+        """DCP -> one torch state dict in one process (torch's dcp_to_torch_save), whose model entries are the HF
+        names FSDP2 keeps, written as an HF checkpoint."""
+        import tempfile
+
+        import transformers
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp:
+            whole = Path(tmp) / "whole.pt"
+            dcp_to_torch_save(directory / DCP_DIR, whole)
+            model_state = torch.load(whole, weights_only=False)["model"]
+        hf_state_to_checkpoint(model_state, transformers.AutoConfig.from_pretrained(base), hf_dir)
 
     def run_provenance(self) -> dict[str, Any]:
         """How the batch reached the model: padded rows with their mask, or one packed stream whose sequences the

@@ -10,22 +10,31 @@ they follow and the three-way lane must compare like with like:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from parity.engines.feeds import packed_feed, unpack
 from parity.engines.hf_common import (
+    HF_STATE,
     RouterLoads,
     autocast,
+    hf_state_to_checkpoint,
     load_hf_model,
     make_optimizer,
+    make_scheduler,
     model_inputs,
+    param_group_lrs,
     response_logits,
+    save_hf_state,
+    step_scheduler,
+    zero_adam_moments,
 )
 from parity.engines.specs import HF
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
+from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.optim_state import torch_optimizer_steps
 from parity.harness.contract.workload import Batch
@@ -49,7 +58,10 @@ class HFEngine(Engine):
         if self.precision == "master_weights" and self.ctx.scenario.dtype != "fp32":
             self.masters = [p.detach().clone().requires_grad_(True) for p in self.model.parameters()]
             self.model.to(self.ctx.dtype)
-        self.optimizer = make_optimizer(self.masters or self.model.parameters(), self.ctx.scenario.workload)
+        names = [name for name, _ in self.model.named_parameters()]
+        trained = self.masters or list(self.model.parameters())
+        self.optimizer = make_optimizer(zip(names, trained, strict=True), self.ctx.scenario.workload, self.ctx.faults)
+        self.scheduler = make_scheduler(self.optimizer, self.ctx.scenario.workload, self.ctx.faults)
         self.loads = RouterLoads(self.model)
 
     def applied_kwargs(self) -> dict[str, Any]:
@@ -109,14 +121,44 @@ class HFEngine(Engine):
         self.ctx.faults.scale_group_grads(named, grad_groups.hf_group, step)
         groups = grad_groups.named_grad_norms(named)
         grad_norm = torch.nn.utils.clip_grad_norm_(trained, self.ctx.scenario.workload.grad_clip)
+        lrs = param_group_lrs(self.optimizer)
         if not self.ctx.faults.skips_optimizer_step(step):
             self.optimizer.step()
+        step_scheduler(self.scheduler, self.ctx.faults, step)
         if self.masters is not None:
             with torch.no_grad():
                 for master, param in zip(self.masters, self.model.parameters(), strict=True):
                     param.copy_(master)
         return StepOutput(loss=float(loss), grad_norm=float(grad_norm), group_grad_norms=groups,
-                          expert_load=self.loads.take())
+                          expert_load=self.loads.take(), lr=lrs)
 
     def optimizer_steps(self) -> int | None:
         return torch_optimizer_steps(self.optimizer)
+
+    # ---- its checkpoint: torch.save of the model, optimizer and scheduler state --------------------------------
+    def save_checkpoint(self, directory: Path) -> None:
+        save_hf_state(directory, self.model, self.optimizer, self.scheduler, self.masters)
+
+    def load_checkpoint(self, directory: Path) -> None:
+        state = torch.load(directory / HF_STATE, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        if self.masters is not None:
+            with torch.no_grad():
+                for master, saved in zip(self.masters, state["masters"], strict=True):
+                    master.copy_(saved)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.ctx.faults.active("resume_adam_moments_zeroed"):
+            zero_adam_moments(self.optimizer)
+
+    @classmethod
+    def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:
+        """The model state is in HF names already: written as an HF checkpoint (fp32 master weights where the run
+        kept them)."""
+        import transformers
+
+        state = torch.load(directory / HF_STATE, weights_only=False)
+        weights = state["model"]
+        if state["masters"] is not None:
+            weights = dict(zip(weights, state["masters"], strict=True))
+        hf_state_to_checkpoint(weights, transformers.AutoConfig.from_pretrained(base), hf_dir)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from parity.harness.contract.engine import EngineContext
+from parity.harness.contract.faults import FaultPlan
+from parity.harness.contract.schedule import decays, warmup_steps
 from parity.harness.contract.schema import Workload
 from parity.harness.contract.workload import Batch
 
@@ -66,12 +69,51 @@ def broadcast_into_shards(model: torch.nn.Module, full_state: dict | None, devic
             dist.broadcast(buffer.data, src=0)
 
 
-def make_optimizer(params: Iterable[torch.nn.Parameter], workload: Workload) -> torch.optim.Optimizer:
-    params = list(params)
+def make_optimizer(named_params: Iterable[tuple[str, torch.nn.Parameter]], workload: Workload,
+                   faults: FaultPlan) -> torch.optim.Optimizer:
+    """torch's AdamW (or SGD) over the workload's weight-decay groups: one group when every parameter decays, a
+    decaying and an exempt one otherwise (schedule.decays; HF Trainer's get_decay_parameter_names groups the same
+    way). Fault `weight_decay_on_norms`: every parameter decays whatever the workload exempts."""
+    named = list(named_params)
+    exempt = "none" if faults.active("weight_decay_on_norms") else workload.weight_decay_exempt
+    decaying = [p for name, p in named if decays(name, p.ndim, exempt)]
+    exempted = [p for name, p in named if not decays(name, p.ndim, exempt)]
+    groups = [{"params": decaying}] + ([{"params": exempted, "weight_decay": 0.0}] if exempted else [])
     if workload.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=workload.lr, weight_decay=workload.weight_decay)
+        return torch.optim.SGD(groups, lr=workload.lr, weight_decay=workload.weight_decay)
     # foreach=False: the same per-parameter kernels for plain tensors and FSDP2 DTensor shards
-    return torch.optim.AdamW(params, lr=workload.lr, weight_decay=workload.weight_decay, foreach=False)
+    return torch.optim.AdamW(groups, lr=workload.lr, weight_decay=workload.weight_decay, foreach=False)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, workload: Workload,
+                   faults: FaultPlan) -> torch.optim.lr_scheduler.LRScheduler:
+    """The workload's schedule as transformers' schedulers build it (torch LambdaLRs: what HF Trainer runs; verl's
+    FSDP engine has copies of the first two in verl/utils/torch_functional.py). Fault `lr_warmup_ignored`: built
+    without the warmup."""
+    from transformers import optimization
+
+    warmup = 0 if faults.active("lr_warmup_ignored") else warmup_steps(workload)
+    kind = workload.lr_scheduler_type
+    if kind == "constant":
+        return optimization.get_constant_schedule_with_warmup(optimizer, warmup)
+    if kind == "cosine":
+        return optimization.get_cosine_with_min_lr_schedule_with_warmup(optimizer, warmup, workload.steps,
+                                                                        min_lr_rate=workload.min_lr_ratio)
+    if kind == "linear":
+        return optimization.get_linear_schedule_with_warmup(optimizer, warmup, workload.steps)
+    raise ValueError(f"no scheduler for lr_scheduler_type {kind!r}")
+
+
+def step_scheduler(scheduler: torch.optim.lr_scheduler.LRScheduler, faults: FaultPlan, step: int) -> None:
+    """Once per optimizer update (fault `lr_scheduler_double_step`: twice, as a scheduler stepped both by the
+    engine and by its caller would be)."""
+    for _ in range(2 if faults.active("lr_scheduler_double_step", step) else 1):
+        scheduler.step()
+
+
+def param_group_lrs(optimizer: torch.optim.Optimizer) -> list[float]:
+    """Every param group's learning rate as the optimizer holds it now (StepOutput.lr)."""
+    return [float(group["lr"]) for group in optimizer.param_groups]
 
 
 def autocast(ctx: EngineContext) -> contextlib.AbstractContextManager[Any]:
@@ -144,3 +186,35 @@ class RouterLoads:
         loads = {layer: counts.tolist() for layer, counts in sorted(self.counts.items())}
         self.counts = {}
         return loads
+
+
+def zero_adam_moments(optimizer: torch.optim.Optimizer) -> None:
+    """Fault `resume_adam_moments_zeroed`: a restored optimizer whose moments came back as zeros while its step
+    counts did not (a checkpoint that kept the wrong state keys, a resharding that dropped them)."""
+    for state in optimizer.state.values():
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in state:
+                state[key].zero_()
+
+
+def save_hf_state(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  scheduler: torch.optim.lr_scheduler.LRScheduler, masters: list[torch.Tensor] | None = None) -> None:
+    """One process's whole training state in torch's own formats (the `hf` engine's checkpoint)."""
+    torch.save({"model": model.state_dict(), "masters": masters, "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict()}, directory / HF_STATE)
+
+
+HF_STATE = "hf_engine_state.pt"
+
+
+def hf_state_to_checkpoint(state_dict: dict[str, torch.Tensor], config: Any, hf_dir: Path) -> None:
+    """Write a model state dict in HF names as an HF checkpoint: `config` (a transformers config) and one
+    model.safetensors. A tied model's lm_head is the embedding: left out, as save_pretrained leaves it out."""
+    from safetensors.torch import save_file
+
+    hf_dir.mkdir(parents=True, exist_ok=True)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    tensors = {name: tensor.detach().float().contiguous().clone() for name, tensor in state_dict.items()
+               if not (tied and name == "lm_head.weight")}
+    save_file(tensors, str(hf_dir / "model.safetensors"), metadata={"format": "pt"})
+    config.save_pretrained(hf_dir)

@@ -31,7 +31,7 @@ from parity.engines import tensor_parallel, ulysses
 from parity.engines.feeds import Feed
 from parity.engines.fsdp2 import FSDP2Engine
 from parity.engines.fused_ops import COUNTER
-from parity.engines.hf_common import load_hf_model, make_optimizer
+from parity.engines.hf_common import load_hf_model
 from parity.engines.mindspeed_env import find_mindspeed
 from parity.engines.specs import MINDSPEED_FSDP
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES
@@ -194,7 +194,7 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         self.compute = _compute_context(self.plan, self.ctx.device.type)
         self.tp_partial = {id(p) for p in tensor_parallel.partial_grad_params(self.model)}
         self.left_out = left_out_of_fsdp(model, self.ms_config)
-        self.optimizer = make_optimizer(self.model.parameters(), self.ctx.scenario.workload)
+        self.build_optimizer(self.model)
         self.model.apply_optimizer_hook(self.optimizer)
 
     def wrap(self, model: torch.nn.Module) -> Any:

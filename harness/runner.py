@@ -10,7 +10,7 @@ import datetime as dt
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from parity.harness.config import devices
@@ -35,7 +35,8 @@ from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
 from parity.harness.run.launch import ForkedLauncher, Interrupted, LaunchResult, TorchrunLauncher, interrupt_on_signals
 from parity.harness.run.preload import forkserver_preload
 from parity.harness.run.records import RunRecord
-from parity.harness.run.worker import RunJob
+from parity.harness.run.staged import checkpointed_run
+from parity.harness.run.worker import RunJob, Stage
 from parity.reports import results as results_file
 
 
@@ -141,7 +142,13 @@ class Runner:
             baseline = self._cached(base, "baseline")
             if not baseline.ok:
                 return errored(scenario, baseline, "baseline")
-        candidate = self.execute(scenario, scenario.id, self._record_dir(scenario))
+        uninterrupted = None
+        if scenario.resume is not None or scenario.convert:  # through the engine's own checkpoint
+            candidate, uninterrupted = checkpointed_run(self.execute, scenario, self._record_dir(scenario))
+            if candidate.ok:
+                candidate.save(self._record_dir(scenario))
+        else:
+            candidate = self.execute(scenario, scenario.id, self._record_dir(scenario))
         if not candidate.ok:
             return errored(scenario, candidate)
         repeats = []
@@ -151,7 +158,7 @@ class Runner:
                 return errored(scenario, again, f"repeat {i}")
             repeats.append(again)
         try:
-            verdict = judge(scenario, candidate, reference, baseline, repeats)
+            verdict = judge(scenario, candidate, reference, baseline, repeats, uninterrupted)
         except Exception as exc:  # e.g. a record without the tensors the comparison needs
             return failed(scenario, "comparing", exc)
         verdict.info["reference_wall_time_s"] = reference.wall_time_s
@@ -202,20 +209,22 @@ class Runner:
     def _record_dir(self, scenario: Scenario) -> Path:
         return self.options.out_dir / "records" / slug(scenario.id)
 
-    def _job(self, scenario: Scenario, run_id: str, record_dir: Path) -> RunJob:
+    def _job(self, scenario: Scenario, run_id: str, record_dir: Path, stage: Stage | None = None) -> RunJob:
         return RunJob(run_id=run_id, scenario=scenario.model_dump(mode="json"), record_dir=str(record_dir),
+                      stage=None if stage is None else asdict(stage),
                       cache_dir=str(self.options.cache_dir.resolve()),
                       provenance={**run_identity(scenario), "harness_commit": self._commit,
                                   "scenario_hash": scenario.content_hash(),
                                   "launcher": self.options.launcher_for(scenario),
                                   "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
 
-    def execute(self, scenario: Scenario, run_id: str, record_dir: Path) -> RunRecord:
-        """Launch one run and collect its RunRecord (a failed one when the ranks did not finish)."""
+    def execute(self, scenario: Scenario, run_id: str, record_dir: Path, stage: Stage | None = None) -> RunRecord:
+        """Launch one run (or one Stage of it) and collect its RunRecord (a failed one when the ranks did not
+        finish)."""
         for stale in ("record.json", "tensors.safetensors"):
             (record_dir / stale).unlink(missing_ok=True)
         started = time.perf_counter()
-        result = self._launch(self._job(scenario, run_id, record_dir), scenario)
+        result = self._launch(self._job(scenario, run_id, record_dir, stage), scenario)
         if result.status == "ok" and (record_dir / "record.json").is_file():
             record = RunRecord.load(record_dir)
         elif result.status == "ok":

@@ -169,3 +169,58 @@ def decay_every_param_kwargs() -> dict[str, Any]:
     if takes(optimizer.get_megatron_optimizer, "config_overrides"):
         return {"config_overrides": {}}
     return {"no_weight_decay_cond": _never_exempt}
+
+
+# ---- distributed checkpoint --------------------------------------------------------------------------------
+def dist_ckpt_metadata(distributed_optimizer: bool, fully_reshardable: bool) -> dict[str, Any]:
+    """The sharded-state-dict metadata verl's MegatronCheckpointManager passes (_build_sharded_state_dict_metadata):
+    the distributed optimizer's state `dp_reshardable` (its default, and Megatron-LM's: loadable on another DP size
+    only) or, when the model parallelism changes (Megatron-LM's --dist-ckpt-optim-fully-reshardable, verl's
+    dist_ckpt_optim_fully_reshardable), `fully_reshardable` (layout-free: any TP / PP / DP loads it); before 0.14,
+    which has neither, `fully_sharded_model_space`."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    if not hasattr(DistributedOptimizer, "sharded_param_state_fully_reshardable"):
+        return {"distrib_optim_sharding_type": "fully_sharded_model_space"} if distributed_optimizer else {}
+    metadata: dict[str, Any] = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
+    if distributed_optimizer:
+        metadata["distrib_optim_sharding_type"] = "fully_reshardable" if fully_reshardable else "dp_reshardable"
+    return metadata
+
+
+def metadata_kwargs(owner: Any, metadata: dict[str, Any]) -> dict[str, Any]:
+    """`metadata=` for a sharded_state_dict that takes it: a model's own method, or for an optimizer the base
+    class's (Megatron's ChainedOptimizer hands it on through **kwargs)."""
+    from megatron.core.optimizer import MegatronOptimizer
+
+    method = MegatronOptimizer.sharded_state_dict if isinstance(owner, MegatronOptimizer) else owner.sharded_state_dict
+    return {"metadata": metadata} if takes(method, "metadata") else {}
+
+
+def allocate_optimizer_state(optimizer: Any) -> None:
+    """Before a fresh distributed optimizer loads a checkpoint: without Apex / Transformer Engine (torch's AdamW
+    fallback, `HAVE_APEX_OR_TE` False) its `state_dict()` reads the step count from the inner optimizer's state and
+    asserts there is one (megatron/core/optimizer/distrib_optimizer.py state_dict), which a torch optimizer only
+    allocates at its first step. Each such inner optimizer steps once with zero gradients at lr 0 and weight decay 0
+    (no parameter moves), as torch's own DCP state-dict helper allocates it (torch/distributed/checkpoint/
+    state_dict.py _init_optim_state); the load then overwrites moments and step counts. A no-op with Apex / TE
+    (their fused Adam keeps the step in the param groups) or once a step was taken."""
+    import torch
+    from megatron.core.optimizer import distrib_optimizer
+
+    if getattr(distrib_optimizer, "HAVE_APEX_OR_TE", True):
+        return
+    for inner in getattr(optimizer, "chained_optimizers", None) or [optimizer]:
+        if not isinstance(inner, distrib_optimizer.DistributedOptimizer) or inner.optimizer.state:
+            continue
+        torch_optimizer = inner.optimizer
+        saved = [(group["lr"], group.get("weight_decay", 0.0)) for group in torch_optimizer.param_groups]
+        for group in torch_optimizer.param_groups:
+            group["lr"], group["weight_decay"] = 0.0, 0.0
+            for param in group["params"]:
+                param.grad = torch.zeros_like(param)
+        torch_optimizer.step()
+        for group, (lr, weight_decay) in zip(torch_optimizer.param_groups, saved, strict=True):
+            group["lr"], group["weight_decay"] = lr, weight_decay
+            for param in group["params"]:
+                param.grad = None

@@ -124,12 +124,18 @@ def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, arch: ModelArch,
     return per_group.reshape(-1, *rest)
 
 
-def split_qkv(fused: torch.Tensor, arch: ModelArch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def split_qkv(fused: torch.Tensor, arch: ModelArch,
+              qk_swapped: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inverse of `fuse_qkv`. `qk_swapped` is the converter_qk_swap fault: each KV group's block read as [k; q; v]
+    (q and k exchanged; the shapes still fit, so loading cannot refuse it)."""
     groups, d = arch.num_kv_heads, arch.head_dim
     q_rows = arch.num_heads // groups * d
     rest = fused.shape[1:]
     per_group = fused.reshape(groups, q_rows + 2 * d, *rest)
-    q, k, v = per_group.split([q_rows, d, d], dim=1)
+    if qk_swapped:
+        k, q, v = per_group.split([d, q_rows, d], dim=1)
+    else:
+        q, k, v = per_group.split([q_rows, d, d], dim=1)
     return q.reshape(-1, *rest), k.reshape(-1, *rest), v.reshape(-1, *rest)
 
 
@@ -221,6 +227,13 @@ def hf_to_mcore(hf: Mapping[str, torch.Tensor], arch: ModelArch, shard: Shard, l
     return out
 
 
+def local_name(name: str) -> str:
+    """Inverse of `te_name` (other names unchanged): what a dist-ckpt stores under TE's fused names (Megatron's local
+    spec maps its input norms onto them when it saves, so checkpoints of both specs agree)."""
+    name = name.replace("self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight")
+    return name.replace("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight")
+
+
 def te_name(name: str) -> str:
     """Local-spec name -> its Transformer Engine spec spelling: TE fuses the input norms into the next linear
     (not the pre-MLP norm of a MoE layer, which keeps its name: callers fall back when the TE name is absent)."""
@@ -272,9 +285,10 @@ def _unfc1(parts: Mapping[int, torch.Tensor]) -> tuple[torch.Tensor, torch.Tenso
     return torch.cat([h[0] for h in halves]), torch.cat([h[1] for h in halves])
 
 
-def mcore_to_hf(pieces: Iterable[McorePiece], arch: ModelArch,
-                expert_format: ExpertFormat = "per_expert") -> dict[str, torch.Tensor]:
-    """Reassemble HF tensors from the Megatron pieces of every rank (any TP / PP / VPP / EP / ETP split)."""
+def mcore_to_hf(pieces: Iterable[McorePiece], arch: ModelArch, expert_format: ExpertFormat = "per_expert",
+                qk_swapped: bool = False) -> dict[str, torch.Tensor]:
+    """Reassemble HF tensors from the Megatron pieces of every rank (any TP / PP / VPP / EP / ETP split).
+    `qk_swapped`: the converter_qk_swap fault (split_qkv)."""
     dense: dict[str, dict[int, torch.Tensor]] = defaultdict(dict)
     experts: dict[tuple[int, int, str], dict[int, torch.Tensor]] = defaultdict(dict)
     for piece in pieces:
@@ -297,13 +311,13 @@ def mcore_to_hf(pieces: Iterable[McorePiece], arch: ModelArch,
     if not arch.tied:
         hf["lm_head.weight"] = _cat_ranks(dense["output_layer.weight"])[:vocab]
     for i in range(arch.num_layers):
-        hf.update(_layer_to_hf(dense, experts, arch, i, expert_format))
+        hf.update(_layer_to_hf(dense, experts, arch, i, expert_format, qk_swapped))
     return hf
 
 
 def _layer_to_hf(dense: Mapping[str, dict[int, torch.Tensor]],
                  experts: Mapping[tuple[int, int, str], dict[int, torch.Tensor]], arch: ModelArch, i: int,
-                 expert_format: ExpertFormat) -> dict[str, torch.Tensor]:
+                 expert_format: ExpertFormat, qk_swapped: bool = False) -> dict[str, torch.Tensor]:
     src = f"layer.{i}"
     base, attn = _hf_layer(i), f"{_hf_layer(i)}.self_attn"
     out = {
@@ -311,10 +325,10 @@ def _layer_to_hf(dense: Mapping[str, dict[int, torch.Tensor]],
         f"{base}.post_attention_layernorm.weight": _any(dense[f"{src}.pre_mlp_layernorm.weight"]),
         f"{attn}.o_proj.weight": _cat_ranks(dense[f"{src}.self_attention.linear_proj.weight"], dim=1),
     }
-    q, k, v = split_qkv(_cat_ranks(dense[f"{src}.self_attention.linear_qkv.weight"]), arch)
+    q, k, v = split_qkv(_cat_ranks(dense[f"{src}.self_attention.linear_qkv.weight"]), arch, qk_swapped)
     out.update({f"{attn}.q_proj.weight": q, f"{attn}.k_proj.weight": k, f"{attn}.v_proj.weight": v})
     if arch.qkv_bias:
-        q, k, v = split_qkv(_cat_ranks(dense[f"{src}.self_attention.linear_qkv.bias"]), arch)
+        q, k, v = split_qkv(_cat_ranks(dense[f"{src}.self_attention.linear_qkv.bias"]), arch, qk_swapped)
         out.update({f"{attn}.q_proj.bias": q, f"{attn}.k_proj.bias": k, f"{attn}.v_proj.bias": v})
     if arch.qk_norm:
         out[f"{attn}.q_norm.weight"] = _any(dense[f"{src}.self_attention.q_layernorm.weight"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,12 +36,25 @@ from parity.engines.megatron.moe_load import RouterLoads, accepts_padding_mask
 from parity.engines.megatron.packing import THDSplit, alignment_padding, te_thd_split, thd_alignment
 from parity.engines.specs import MEGATRON
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
+from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.optim_state import torch_optimizer_steps
 from parity.harness.contract.workload import Batch
 
 #: Megatron pads the vocabulary to a multiple of this times TP (its `make_vocab_size_divisible_by` default)
 VOCAB_DIVISOR = 128
+#: the dist-ckpt's directory in a checkpoint directory
+DIST_CKPT_DIR = "dist_ckpt"
+
+
+def zero_moments(optimizer: Any) -> None:
+    """Fault `resume_adam_moments_zeroed`: Adam's moments restored as zeros, step counts kept, in every inner torch
+    optimizer of Megatron's (chained) optimizer."""
+    for inner in getattr(optimizer, "chained_optimizers", None) or [optimizer]:
+        for state in inner.optimizer.state.values():
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in state:
+                    state[key].zero_()
 
 
 def finalize_grads_without_token_rescale(model: list[Any], num_tokens: Any = None, **kwargs: Any) -> None:
@@ -202,14 +216,19 @@ class MegatronEngine(Engine):
         sgd = workload.optimizer == "sgd"
         self.optimizer_config = OptimizerConfig(**{
             # torch.optim.AdamW's numerics: decoupled weight decay, default betas, eps 1e-8; plain SGD
-            "optimizer": "sgd" if sgd else "adam", "lr": workload.lr, "min_lr": workload.lr,
+            "optimizer": "sgd" if sgd else "adam", "lr": workload.lr,
+            "min_lr": workload.min_lr_ratio * workload.lr,
             "weight_decay": workload.weight_decay, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8,
             **compat.adamw_kwargs(), "sgd_momentum": 0.0, "clip_grad": workload.grad_clip,
             "bf16": self.config.bf16, "fp16": self.config.fp16, "params_dtype": self.config.params_dtype,
             "use_distributed_optimizer": self.ddp_config.use_distributed_optimizer, **self.routed.optimizer})
-        # weight decay on every parameter, as torch.optim.AdamW over model.parameters()
+        # the workload's weight-decay groups: Megatron's own default param groups exempt biases and 1-D params (norm
+        # weights); `weight_decay_exempt: none` (and fault `weight_decay_on_norms`) decays every parameter, as
+        # torch.optim.AdamW over model.parameters()
+        decay_all = workload.weight_decay_exempt == "none" or ctx.faults.active("weight_decay_on_norms")
         self.optimizer = get_megatron_optimizer(self.optimizer_config, self.model,
-                                                **compat.decay_every_param_kwargs())
+                                                **(compat.decay_every_param_kwargs() if decay_all else {}))
+        self.scheduler = self.build_scheduler()
         # Megatron copies its fp32 main params from the 16-bit model params; start them from the checkpoint's
         # exact values instead, as a resume does (and as the hf_master_weights baseline does)
         if unrounded and self.optimizer_config.use_precision_aware_optimizer:
@@ -227,6 +246,25 @@ class MegatronEngine(Engine):
             self.config.grad_scale_func = self.optimizer.scale_loss
         self.loads = RouterLoads(self.model, self.arch.num_layers, self.arch.num_experts) \
             if self.arch.num_experts else None
+
+    def build_scheduler(self) -> Any:
+        """Megatron's OptimizerParamScheduler, configured as verl's Megatron engine configures it
+        (verl/utils/megatron/optimizer.py get_megatron_optimizer_param_scheduler): warmup from 0, decay over the
+        run's steps to min_lr_ratio x lr, constant weight decay (applied per group through its wd_mult, which is
+        how Megatron's exempt groups get none). It sets every group's lr at construction (step 0) and is stepped
+        once per update, as verl's `lr_scheduler_step` does (parity.harness.contract.schedule gives the numbers).
+        Fault `lr_warmup_ignored`: built without the warmup."""
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        from parity.harness.contract.schedule import warmup_steps
+
+        workload = self.ctx.scenario.workload
+        warmup = 0 if self.ctx.faults.active("lr_warmup_ignored") else warmup_steps(workload)
+        return OptimizerParamScheduler(
+            self.optimizer, init_lr=0.0, max_lr=workload.lr, min_lr=workload.min_lr_ratio * workload.lr,
+            lr_warmup_steps=warmup, lr_decay_steps=workload.steps, lr_decay_style=workload.lr_scheduler_type,
+            start_wd=workload.weight_decay, end_wd=workload.weight_decay, wd_incr_steps=workload.steps,
+            wd_incr_style="constant")
 
     def effective_dtype(self) -> str | None:
         """The dtype of the model parameters Megatron computes with (Float16Module casts them for bf16 / fp16)."""
@@ -343,18 +381,21 @@ class MegatronEngine(Engine):
                                       named_main_grads(self.model)), str, step)
         # the distributed optimizer leaves each rank only its shard of the reduced main_grad: no fingerprint there
         groups = None if self.ddp_config.use_distributed_optimizer else group_grad_norms(self.model)
+        lrs = [float(group["lr"]) for group in self.optimizer.param_groups]
         if ctx.faults.skips_optimizer_step(step):
             self.optimizer.prepare_grads()  # main_grad -> the main params' .grad, as step() does before its norm
             grad_norm = self.optimizer.get_grad_norm()
         else:
             _, grad_norm, _ = self.optimizer.step()  # Megatron's norm is taken before it clips
+        for _ in range(2 if ctx.faults.active("lr_scheduler_double_step", step) else 1):
+            self.scheduler.step(increment=1)
         total = torch.stack(losses).sum() if losses and self._owner() else torch.zeros([])
         total = total.to(ctx.device)
         dist.all_reduce(total)
         if ctx.rank != 0:
             return None
         return StepOutput(loss=float(total), grad_norm=float(grad_norm), group_grad_norms=groups,
-                          expert_load=expert_load)
+                          expert_load=expert_load, lr=lrs)
 
     def run_provenance(self) -> dict[str, Any]:
         """How the batch reached the model, read from what was built: THD or padded, the core-attention classes in
@@ -385,6 +426,55 @@ class MegatronEngine(Engine):
         counts = [torch_optimizer_steps(opt.optimizer) for opt in inner if getattr(opt, "optimizer", None)]
         known = [c for c in counts if c is not None]
         return min(known) if known else None
+
+    # ---- its checkpoint: Megatron's distributed checkpoint (dist-ckpt, torch_dist) ------------------------------
+    def _sharded_state(self, loading: bool) -> dict[str, Any]:
+        """What Megatron-LM's checkpointing (and verl's MegatronCheckpointManager) puts in a dist-ckpt: each model
+        chunk's sharded state dict (`model`, or `model0`, `model1`, ... under VPP), the optimizer's sharded state
+        built on it (Adam's moments, step counts, fp32 main params; the distributed optimizer's shards in a
+        layout-free form, so tp2 -> pp2 reshards), the scheduler's state."""
+        from megatron.core import parallel_state
+
+        # a resume onto another layout (both its parts see `resume.layout`) saves the layout-free form
+        resume = self.ctx.scenario.resume
+        reshards = resume is not None and resume.layout is not None
+        metadata = compat.dist_ckpt_metadata(self.ddp_config.use_distributed_optimizer, fully_reshardable=reshards)
+        model_state: dict[str, Any] = {}
+        for index, chunk in enumerate(self.model):
+            if len(self.model) > 1:
+                parallel_state.set_virtual_pipeline_model_parallel_rank(index)
+            key = f"model{index}" if len(self.model) > 1 else "model"
+            model_state[key] = chunk.module.sharded_state_dict(**compat.metadata_kwargs(chunk.module, metadata))
+        optimizer = self.optimizer.sharded_state_dict(model_state, is_loading=loading,
+                                                      **compat.metadata_kwargs(self.optimizer, metadata))
+        return {**model_state, "optimizer": optimizer, "opt_param_scheduler": self.scheduler.state_dict()}
+
+    def save_checkpoint(self, directory: Path) -> None:
+        from megatron.core import dist_checkpointing
+
+        (directory / DIST_CKPT_DIR).mkdir(exist_ok=True)
+        dist_checkpointing.save(self._sharded_state(loading=False), str(directory / DIST_CKPT_DIR))
+
+    @torch.no_grad()  # as torch's load_state_dict: the distributed optimizer's fp32 main params are views of the
+    def load_checkpoint(self, directory: Path) -> None:  # params, which an in-place copy under autograd refuses
+        """Into the model built by setup() on this run's layout: dist-ckpt reads each rank's share of the saved
+        global tensors, whatever layout wrote them."""
+        from megatron.core import dist_checkpointing
+
+        compat.allocate_optimizer_state(self.optimizer)
+        state = dist_checkpointing.load(self._sharded_state(loading=True), str(directory / DIST_CKPT_DIR))
+        for index, chunk in enumerate(self.model):
+            chunk.module.load_state_dict(state[f"model{index}" if len(self.model) > 1 else "model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["opt_param_scheduler"])
+        if self.ctx.faults.active("resume_adam_moments_zeroed"):
+            zero_moments(self.optimizer)
+
+    @classmethod
+    def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:
+        from parity.engines.megatron.dist_ckpt import dist_ckpt_to_hf
+
+        dist_ckpt_to_hf(directory / DIST_CKPT_DIR, hf_dir, base, faults)
 
     def teardown(self) -> None:
         from megatron.core import parallel_state

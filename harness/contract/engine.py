@@ -68,6 +68,10 @@ class StepOutput:
     sent to each expert AS THE ROUTER'S LOAD STATISTICS COUNT THEM (what an aux loss or expert-bias update
     balances): real tokens only, never padding. Summed over micro-batches and ranks, each token once. None = not
     reported; compared when a scenario sets `tolerance.expert_load_abs`."""
+    lr: list[float] | None = None
+    """The learning rate of every optimizer param group at this step's update, read back from the optimizer's own
+    param groups as its step ran (the engine's scheduler set them), in the optimizer's group order. Compared with
+    the workload's schedule (parity.harness.contract.schedule.lr_at); None = not reported (not compared)."""
 
 
 class Engine(ABC):
@@ -109,6 +113,27 @@ class Engine(ABC):
         """How many optimizer steps the engine actually took, read back from its optimizer's own state (a count
         other than the workload's steps FAILs the scenario); None = the engine cannot tell."""
         return None
+
+    # ---- optional: the engine's own checkpoint (resume and conversion parity) --------------------------------
+    def save_checkpoint(self, directory: Path) -> None:
+        """Write the engine's OWN checkpoint of everything a run continued from it needs — model, optimizer state
+        (Adam's moments and step counts), the learning-rate scheduler — into `directory`, in the framework's format
+        (Megatron dist-ckpt, torch DCP, verl's checkpoint manager). Called on every rank after a step; the directory
+        exists. A scenario with `resume` or `convert` needs it."""
+        raise NotImplementedError(f"{type(self).__name__} does not save checkpoints (Engine.save_checkpoint)")
+
+    def load_checkpoint(self, directory: Path) -> None:
+        """Restore, after setup() in FRESH processes (possibly on another layout), what save_checkpoint wrote: the
+        next train_step must continue the run as if it had never stopped."""
+        raise NotImplementedError(f"{type(self).__name__} does not load checkpoints (Engine.load_checkpoint)")
+
+    @classmethod
+    def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:
+        """Turn a checkpoint save_checkpoint wrote into an HF checkpoint directory (safetensors + config.json) with
+        the framework's or the project's converter, in one process and without a process group, as a user runs a
+        model merger. `base` is the HF checkpoint the run started from (its config); `faults` the scenario's (a
+        converter fault lives here). A scenario with `convert` needs it."""
+        raise NotImplementedError(f"{cls.__name__} has no checkpoint converter (Engine.convert_checkpoint)")
 
     def teardown(self) -> None:  # noqa: B027 - optional hook, most engines need nothing
         """Release process-group state the engine created (the worker destroys the default group)."""

@@ -92,6 +92,12 @@ class Layout(_Strict):
         return self
 
 
+#: Workload fields of the learning-rate schedule and weight decay groups, left out of the serialized workload at their
+#: defaults (the content hash of every row that predates them is unchanged)
+SCHEDULE_FIELDS = ("weight_decay_exempt", "lr_warmup_steps", "lr_warmup_steps_ratio", "lr_scheduler_type",
+                   "min_lr_ratio")
+
+
 class Workload(_Strict):
     """The fixed, seeded batch and the training steps every engine runs."""
 
@@ -127,6 +133,26 @@ class Workload(_Strict):
     grad_clip: float = Field(1.0, gt=0)
     """Max grad norm. The harness compares the norm BEFORE clipping."""
     weight_decay: float = Field(0.0, ge=0)
+    """Decoupled weight decay (AdamW's; SGD's is coupled), at every step of the schedule (verl's
+    `actor.optim.weight_decay`; Megatron's scheduler keeps it constant: `weight_decay_incr_style: constant`)."""
+    weight_decay_exempt: Literal["none", "biases_and_norms"] = "none"
+    """Which parameters weight decay leaves alone. none: every parameter decays (torch.optim.AdamW over
+    model.parameters(), as verl's FSDP engine builds it: verl/workers/config/optimizer.py build_optimizer).
+    biases_and_norms: biases and 1-D parameters (norm weights, Qwen3's q/k norms) do not — Megatron's default
+    param groups (megatron/core/optimizer/__init__.py get_standard_config_overrides: `*.bias` or len(shape) == 1
+    get wd_mult 0; `no_weight_decay_cond`'s default before 0.16), which verl's Megatron engine uses."""
+    lr_warmup_steps: int = -1
+    """verl's `actor.optim.lr_warmup_steps`: linear warmup from 0 over this many updates; <= 0 takes
+    lr_warmup_steps_ratio instead (parity.harness.contract.schedule)."""
+    lr_warmup_steps_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    """verl's `actor.optim.lr_warmup_steps_ratio`: warmup = int(ratio * steps) when lr_warmup_steps <= 0."""
+    lr_scheduler_type: Literal["constant", "cosine", "linear"] = "constant"
+    """verl's `actor.optim.lr_scheduler_type` (Megatron: `lr_decay_style`) after the warmup: constant, cosine
+    down to min_lr_ratio * lr at the last step (a half cosine), or linear down to 0 (the reference's linear
+    scheduler, transformers' get_linear_schedule_with_warmup, has no floor). parity.harness.contract.schedule
+    states each as a function of the step."""
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    """verl's `actor.optim.min_lr_ratio`: the cosine's floor as a fraction of lr (Megatron: min_lr = ratio * lr)."""
     advantages: Literal["seeded", "group_normalized"] = "seeded"
     """seeded: one seeded advantage per row, independent of the rest (the step-1 grpo loss is then mostly
     -mean(A), a term no engine computes). group_normalized: GRPO's, as verl computes them: rows come in groups of
@@ -166,6 +192,9 @@ class Workload(_Strict):
             data.pop("loss_agg_mode", None)
         if self.packing == "padded":
             data.pop("packing", None)
+        for name in SCHEDULE_FIELDS:
+            if data.get(name) == type(self).model_fields[name].default:
+                data.pop(name, None)
         return data
 
     @model_validator(mode="after")
@@ -181,6 +210,19 @@ class Workload(_Strict):
                 raise ValueError(f"batch_size({self.batch_size}) is not divisible by group_size({self.group_size})")
         elif self.group_size is not None:
             raise ValueError("group_size applies to advantages: group_normalized only")
+        return self
+
+    @model_validator(mode="after")
+    def _check_schedule(self) -> Workload:
+        from parity.harness.contract.schedule import warmup_steps
+
+        warmup = warmup_steps(self)
+        if warmup and warmup >= self.steps:
+            raise ValueError(f"the warmup ({warmup} steps) must end before the last step ({self.steps}): Megatron's "
+                             "scheduler asserts lr_warmup_steps < lr_decay_steps (the run's steps)")
+        if self.min_lr_ratio and self.lr_scheduler_type != "cosine":
+            raise ValueError(f"min_lr_ratio applies to lr_scheduler_type cosine only (constant never decays; the "
+                             f"reference's linear decays to 0), not {self.lr_scheduler_type}")
         return self
 
 
@@ -217,6 +259,8 @@ class Tolerance(_Strict):
     """Opt-in, MoE: the most tokens one expert of one layer may receive more or fewer than in the reference, per
     step, as the router's load statistics count them (StepOutput.expert_load: real tokens only). 0 = the same
     routing token for token; a near-tie of two experts' router logits may flip one token in fp32."""
+    lr_rel: float | None = None
+    """The learning rate each step ran at against the workload's schedule, |Δ| / lr (default 1e-6)."""
 
 
 class PerfGate(_Strict):
@@ -238,7 +282,10 @@ FaultKind = Literal["grad_scale", "rank_loss_scale", "rope_theta_int", "mask_shi
                     "crash", "hang", "drop_kwarg", "nondeterministic", "module_grad_scale", "optimizer_step_skip",
                     # the packed (THD / TND) data path: docs/scenarios.md says where each lives
                     "packed_position_ids_continue", "cu_seqlens_shift", "thd_cp_chunk_order",
-                    "pad_tokens_in_normalizer", "moe_pad_tokens_routed"]
+                    "pad_tokens_in_normalizer", "moe_pad_tokens_routed",
+                    # the schedule, the engine's own checkpoint and its conversion to HF (docs/scenarios.md)
+                    "lr_warmup_ignored", "lr_scheduler_double_step", "weight_decay_on_norms",
+                    "resume_adam_moments_zeroed", "converter_qk_swap", "converter_tied_embedding_dropped"]
 
 
 class Fault(_Strict):
@@ -257,6 +304,21 @@ class Fault(_Strict):
 
 
 Reference = Literal["hf_fp32", "single_rank"]
+
+
+class Resume(_Strict):
+    """Resume parity: train `after` steps, save the engine's own checkpoint (Engine.save_checkpoint), continue the
+    remaining steps in FRESH processes from it (Engine.load_checkpoint), possibly on another layout, and compare
+    with the same engine's uninterrupted run (and, as every run, with the reference)."""
+
+    after: int = Field(ge=1)
+    """Steps trained before the checkpoint is saved; the run continues from step after + 1."""
+    layout: Layout | None = None
+    """The layout the run continues on (dist-ckpt reshards, e.g. tp2 -> pp2); default: the scenario's."""
+    exact: bool | None = None
+    """Whether the continuation must be bit-identical to the uninterrupted run. Default: yes on the same layout
+    (the same program from the same state: a save/load round trip of the state is exact), no on another layout
+    (its rounding differs: the scenario's limits apply)."""
 
 
 class Scenario(_Strict):
@@ -300,6 +362,12 @@ class Scenario(_Strict):
     """verl's own `actor_rollout_ref` config tree (its `actor` and `model` sections, verbatim, nested or as dotted
     keys) for the verl engines, which hand it to verl's config; stored flat, one dotted key per leaf."""
     faults: tuple[Fault, ...] = ()
+    resume: Resume | None = None
+    """Resume parity through the engine's own checkpoint (see Resume)."""
+    convert: bool = False
+    """Conversion parity: after the last step the engine saves its checkpoint, the engine's converter turns it into
+    an HF checkpoint (Engine.convert_checkpoint), and plain transformers' log-probs of it must equal the engine's own
+    after-training log-probs (the scenario's log-prob limits)."""
     repeat: int = Field(1, ge=1)
     """Deterministic lane: run the candidate this many times; its log-probs, losses and grad norms must be
     bit-identical across the runs."""
@@ -321,7 +389,24 @@ class Scenario(_Strict):
             raise ValueError("give exactly one of 'strategy' (built-in engine) or 'engine' (import path)")
         if self.engine is not None and ":" not in self.engine:
             raise ValueError(f"engine '{self.engine}' must be an import path 'package.module:Class'")
+        if self.resume is not None and self.resume.after >= self.workload.steps:
+            raise ValueError(f"resume.after({self.resume.after}) must be before the last step "
+                             f"(workload.steps {self.workload.steps}): the run continues from step after + 1")
+        if self.resume is not None and self.resume.layout is not None and self.resume.layout.nodes != self.layout.nodes:
+            raise ValueError("resume.layout must keep the scenario's nodes")
         return self
+
+    @property
+    def resume_layout(self) -> Layout:
+        """The layout a resumed run continues on."""
+        return self.resume.layout if self.resume is not None and self.resume.layout is not None else self.layout
+
+    @property
+    def resume_exact(self) -> bool:
+        """Whether a resumed run must be bit-identical to the uninterrupted one (Resume.exact)."""
+        if self.resume is None or self.resume.exact is not None:
+            return bool(self.resume and self.resume.exact)
+        return self.resume_layout == self.layout
 
     @property
     def engine_label(self) -> str:
@@ -333,6 +418,11 @@ class Scenario(_Strict):
                  self.device]
         suffix = "+packed" if self.workload.packed else ""
         suffix += "".join(f"+{f.kind}" for f in self.faults)
+        if self.resume is not None:
+            moved = self.resume_layout != self.layout
+            suffix += f"+resume{self.resume.after}" + (f"-to-{self.resume_layout.tag()}" if moved else "")
+        if self.convert:
+            suffix += "+convert"
         if self.baseline:
             suffix += f"+vs-{self.baseline}"
         if self.name:
@@ -343,4 +433,7 @@ class Scenario(_Strict):
         """Stable hash of everything that changes the run (not marks, timeout or source)."""
         data = self.model_dump(mode="json", exclude={"marks", "timeout", "source", "broken", "tolerance",
                                                          "perf"})
+        for name in ("resume", "convert"):  # added later: out at their defaults, so older hashes stay
+            if data.get(name) == type(self).model_fields[name].default:
+                data.pop(name, None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

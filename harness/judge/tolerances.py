@@ -54,6 +54,9 @@ class Limits:
     grad_norm_atol_updated: float | None = None
     expert_load_abs: float | None = None
     """Opt-in (None = not compared): tokens per expert per MoE layer and step, max |Δ| (harness/judge/loads.py)."""
+    lr_rel: float = 1e-6
+    """The learning rate each step ran at (read back from the engine's optimizer) against the workload's schedule,
+    |Δ| / lr: schedulers compute it in Python floats (double), so only a schedule followed differently moves it."""
 
     def step_tolerance(self, name: str, step: int) -> tuple[float, float]:
         """(rtol, atol) of the per-step `loss` or `grad_norm` check at `step` (1-based)."""

@@ -15,12 +15,14 @@ import torch
 
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS
+from parity.harness.judge.checkpoint import conversion_checks, resume_checks
 from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import TokenDiff, error_ratio, series_rel_diff, token_diff
 from parity.harness.judge.distribution import histograms
 from parity.harness.judge.groups import group_checks
 from parity.harness.judge.loads import expert_load_checks
 from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
+from parity.harness.judge.schedule import lr_checks, schedule_series
 from parity.harness.judge.tolerances import RATIO_FLOOR_ABS, Limits, limits_for
 from parity.harness.run.records import RunRecord
 
@@ -70,7 +72,9 @@ def failed(scenario: Scenario, stage: str, exc: BaseException) -> Verdict:
 
 
 def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
-          baseline: RunRecord | None = None, repeats: Sequence[RunRecord] = ()) -> Verdict:
+          baseline: RunRecord | None = None, repeats: Sequence[RunRecord] = (),
+          uninterrupted: RunRecord | None = None) -> Verdict:
+    """`uninterrupted`: for a `resume` scenario, the same engine's run without the checkpoint in between."""
     limits = limits_for(scenario.dtype, scenario.tolerance)
     if baseline is not None and (problem := baseline_problem(baseline, reference)):
         return Verdict(scenario.id, "ERROR", [f"baseline {scenario.baseline} ({baseline.run_id}) is unusable as a "
@@ -78,7 +82,14 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
     checks, metrics = _candidate_checks(candidate, reference, limits, baseline)
     group, metrics["group_grad_norm_rel_max"] = group_checks(candidate, reference, limits)
     checks += group + expert_load_checks(candidate, reference, limits)
+    checks += lr_checks(candidate, scenario.workload, limits)
+    if scenario.resume is not None and uninterrupted is not None:
+        checks += resume_checks(candidate, uninterrupted, limits, scenario.resume_exact, scenario.resume.after + 1)
+    if scenario.convert:
+        checks += conversion_checks(candidate, limits)
     reasons = [c.reason() for c in checks if not c.passed]
+    reasons += [f"reference {c.reason()}" for c in lr_checks(reference, scenario.workload, limits)
+                if not c.passed]
     if (taken := candidate.optimizer_steps) is not None and taken != scenario.workload.steps:
         reasons.append(f"optimizer took {taken} step{'s' * (taken != 1)}, workload has {scenario.workload.steps} "
                        "(Engine.optimizer_steps read back from the optimizer state)")
@@ -93,7 +104,8 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
     if scenario.reference.startswith("golden:"):  # a stored run on the reference device: speed side by side
         metrics["vs_reference"] = versus_reference(metrics, reference_perf(reference))
     metrics |= {"wall_time_s": candidate.wall_time_s, "compute_time_s": candidate.compute_time_s,
-                "applied_kwargs": candidate.applied_kwargs, "series": step_series(candidate, reference),
+                "applied_kwargs": candidate.applied_kwargs,
+                "series": step_series(candidate, reference) | schedule_series(candidate, scenario.workload),
                 "logprob_abs_hist": histograms(candidate.tensors, reference.tensors)}
     info = scenario_info(scenario) | {"provenance": candidate.provenance}
     return Verdict(scenario.id, "FAIL" if reasons else "PASS", reasons, metrics, checks, info)

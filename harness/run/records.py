@@ -24,6 +24,8 @@ class StepRecord:
     expert_load: dict[str, list[float]] | None = None
     """Tokens per expert per MoE layer in this step's training forward (StepOutput.expert_load); None = not
     reported."""
+    lr: list[float] | None = None
+    """Every optimizer param group's learning rate at this step's update (StepOutput.lr); None = not reported."""
 
 
 @dataclass(slots=True)

@@ -35,6 +35,8 @@ class RunJob:
     provenance: dict[str, Any]
     visible_devices: dict[str, str] | None = None
     """Visible-devices variable for the ranks (the leased cards), set before the device backend loads."""
+    stage: dict[str, Any] | None = None
+    """Stage(...) as a dict when this launch is one part of a resumed or converted run; None = the whole run."""
 
     def to_file(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -42,6 +44,27 @@ class RunJob:
     @classmethod
     def from_file(cls, path: Path) -> RunJob:
         return cls(**json.loads(Path(path).read_text()))
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One launch of a run that goes through the engine's own checkpoint (Scenario.resume / Scenario.convert)."""
+
+    first_step: int = 1
+    last_step: int | None = None
+    """The last step this launch trains (None: the workload's last); the after-training forward runs only there."""
+    load_from: str | None = None
+    """A checkpoint this launch's FRESH processes continue from: Engine.load_checkpoint after setup, and the
+    rollout's log-probs the first launch scored (the old log-probs of every step's loss)."""
+    save_to: str | None = None
+    """Save the engine's checkpoint (Engine.save_checkpoint) and the rollout's log-probs here after last_step."""
+    convert_to: str | None = None
+    """After saving: rank 0 converts the checkpoint to HF here (Engine.convert_checkpoint) and scores the batch
+    with that HF checkpoint in the reference engine (record tensors logprobs_converted / entropy_converted)."""
+
+
+#: the rollout's log-probs in a saved checkpoint directory (RL data, not engine state: the harness keeps them)
+ROLLOUT_FILE = "parity_rollout_logprobs.pt"
 
 
 def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: Any | None) -> None:
@@ -73,6 +96,8 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
                         local_rank=local_rank, device=device, faults=faults)
     engine = load_engine_class(scenario)(ctx)
     engine.setup()
+    stage = Stage(**job.stage) if job.stage else Stage()
+    last_step = stage.last_step or scenario.workload.steps
 
     shape = model_shape(scenario.model) or model_shape(str(checkpoint))
     clean = build_batch(scenario.workload, shape.vocab_size)
@@ -80,12 +105,19 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
 
     expected = tuple(clean.response_mask.shape)
     t0 = time.perf_counter()
-    before = checked_tokens(engine.forward(batch), rank, expected, "forward (before training)")
+    before = None
+    if stage.load_from is not None:
+        import torch
+
+        engine.load_checkpoint(Path(stage.load_from))
+        old_logprobs = torch.load(Path(stage.load_from) / ROLLOUT_FILE)
+    else:
+        before = checked_tokens(engine.forward(batch), rank, expected, "forward (before training)")
+        old_logprobs = _broadcast(before.logprobs if before is not None else None, rank)
     devices.synchronize(scenario.device)
     forward_time = time.perf_counter() - t0
-    old_logprobs = _broadcast(before.logprobs if before is not None else None, rank)
     steps = []
-    for step in range(1, scenario.workload.steps + 1):
+    for step in range(stage.first_step, last_step + 1):
         faults.before_step(step)
         t0 = time.perf_counter()
         out = engine.train_step(batch, old_logprobs, step)
@@ -94,23 +126,28 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
             loss, grad_norm = checked_step(out, step)
             steps.append(StepRecord(step=step, loss=loss, grad_norm=grad_norm, step_time_s=time.perf_counter() - t0,
                                     group_grad_norms=checked_groups(out, step),
-                                    expert_load=checked_expert_load(out, step)))
-    after = checked_tokens(engine.forward(batch), rank, expected, "forward (after training)")
+                                    expert_load=checked_expert_load(out, step), lr=checked_lr(out, step)))
+    after = None
+    if last_step == scenario.workload.steps:
+        after = checked_tokens(engine.forward(batch), rank, expected, "forward (after training)")
+    converted = save_and_convert(engine, stage, old_logprobs, ctx, batch, expected) if stage.save_to else None
     applied = engine.applied_kwargs()
     effective_dtype = engine.effective_dtype()
     optimizer_steps = engine.optimizer_steps()
-    timed = timed_steps(engine, scenario, batch, old_logprobs, faults, rank)
+    timed = timed_steps(engine, scenario, batch, old_logprobs, faults, rank) if job.stage is None else []
     # optional engine hook: what ran underneath (MindSpeed: its version, patches applied, fused-op counts)
     engine_provenance = getattr(engine, "run_provenance", dict)()
     engine.teardown()
     peaks = [0] * world_size
     dist.all_gather_object(peaks, devices.peak_memory_bytes(scenario.device))
     if rank == 0:
+        tensors = {"response_mask": clean.response_mask}
+        for phase, out in (("before", before), ("after", after), ("converted", converted)):
+            if out is not None:
+                tensors |= {f"logprobs_{phase}": out.logprobs, f"entropy_{phase}": out.entropy}
         record = RunRecord(
             run_id=job.run_id, scenario_hash=scenario.content_hash(), status="ok", steps=steps,
-            tensors={"logprobs_before": before.logprobs, "entropy_before": before.entropy,
-                     "logprobs_after": after.logprobs, "entropy_after": after.entropy,
-                     "response_mask": clean.response_mask},
+            tensors=tensors,
             forward_time_s=forward_time, peak_memory_bytes=peaks[0], peak_memory_per_rank=peaks,
             tokens_per_step=int(clean.attention_mask.sum()),
             flops_per_token=train_flops_per_token(checkpoint, int(clean.input_ids.shape[1])),
@@ -121,6 +158,43 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
             compute_time_s=time.perf_counter() - started, timed_step_times_s=timed)
         record.save(Path(job.record_dir))
     dist.barrier()
+
+
+def save_and_convert(engine: Any, stage: Stage, old_logprobs: Any, ctx: Any, batch: Any,
+                     expected: tuple[int, ...]) -> Any:
+    """Save the engine's own checkpoint (every rank) with the rollout's log-probs; with `convert_to`, rank 0 then
+    converts it to HF with the engine's converter and scores the batch with the converted checkpoint in the
+    reference engine (plain transformers, one process): what a user of the converted model gets. Returns rank 0's
+    TokenOutputs of the converted model (None elsewhere, or without conversion)."""
+    import torch
+    import torch.distributed as dist
+
+    from parity.harness.config.registry import load_engine_class
+    from parity.harness.contract.engine import EngineContext
+    from parity.harness.contract.faults import FaultPlan
+    from parity.harness.contract.schema import Layout
+
+    directory = Path(stage.save_to)
+    directory.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    engine.save_checkpoint(directory)
+    if ctx.rank == 0:
+        torch.save(old_logprobs.cpu(), directory / ROLLOUT_FILE)
+    dist.barrier()
+    converted = None
+    if stage.convert_to is not None and ctx.rank == 0:
+        hf_dir = Path(stage.convert_to)
+        type(engine).convert_checkpoint(directory, hf_dir, ctx.checkpoint, ctx.faults)
+        scenario = ctx.scenario
+        hf_run = Scenario(model=str(hf_dir), strategy="hf", workload=scenario.workload.padded(), dtype="fp32",
+                          device=scenario.device, layout=Layout())
+        hf_ctx = EngineContext(scenario=hf_run, checkpoint=hf_dir, rank=0, world_size=1, local_rank=ctx.local_rank,
+                               device=ctx.device, faults=FaultPlan())
+        scorer = load_engine_class(hf_run)(hf_ctx)
+        scorer.setup()
+        converted = checked_tokens(scorer.forward(batch), 0, expected, "forward of the converted HF checkpoint")
+    dist.barrier()
+    return converted
 
 
 def timed_steps(engine: Any, scenario: Scenario, batch: Any, old_logprobs: Any, faults: FaultPlan,
@@ -222,6 +296,18 @@ def checked_expert_load(out: Any, step: int) -> dict[str, list[float]] | None:
             raise EngineOutputError(f"{where}: entry {name!r}: {counts!r:.60} is not a list of numbers")
         checked[name] = [float(c) for c in counts]
     return checked
+
+
+def checked_lr(out: Any, step: int) -> list[float] | None:
+    """StepOutput.lr as a list of floats (one per param group), or None when the engine reports none."""
+    lrs = out.lr
+    if lrs is None:
+        return None
+    where = f"Engine.train_step (step {step}): StepOutput.lr"
+    if not isinstance(lrs, list | tuple) or not lrs or not all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) for v in lrs):
+        raise EngineOutputError(f"{where} is {lrs!r:.60}, expected a non-empty list of floats (one per param group)")
+    return [float(v) for v in lrs]
 
 
 def _broadcast(tensor: Any, rank: int) -> Any:

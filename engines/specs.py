@@ -37,14 +37,14 @@ MINDSPEED = Requirement(module="mindspeed", why="needs the mindspeed package (in
 HF = EngineSpec(
     name="hf", engine="parity.engines.hf:HFEngine",
     summary="transformers model in one process; the reference engine",
-    packings=PACKINGS,
+    packings=PACKINGS, checkpoints=("resume", "convert"),
     kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, memory=MemoryTraits(scored="response"),
     preload=("transformers", "parity.engines.hf"))
 
 FSDP2 = EngineSpec(
     name="fsdp2", engine="parity.engines.fsdp2:FSDP2Engine", aliases=("fsdp",),
     summary="transformers model under torch FSDP2 fully_shard, with Ulysses sequence parallel or 2-D FSDP x TP",
-    packings=PACKINGS,
+    packings=PACKINGS, checkpoints=("resume", "convert"),
     dims=frozenset({"dp", "ulysses", "tp"}), kwargs_blocks=("fsdp_kwargs",),
     rules="parity.engines.specs:fsdp2_layout_errors", memory=FSDP2_MEMORY,
     preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2"))
@@ -52,7 +52,7 @@ FSDP2 = EngineSpec(
 MEGATRON = EngineSpec(
     name="megatron", engine="parity.engines.megatron:MegatronEngine",
     summary="Megatron-Core GPTModel with its own schedules, DDP and optimizer",
-    packings=PACKINGS,
+    packings=PACKINGS, checkpoints=("resume", "convert"),
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",), layout_keys=MEGATRON_LAYOUT_KEYS,
     rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,), memory=MEGATRON_MEMORY,
     preload=("transformers", "megatron.core", "parity.engines.megatron.model"))

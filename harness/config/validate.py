@@ -69,6 +69,10 @@ def layout_errors(scenario: Scenario) -> list[tuple[str, str]]:
         errors += _shape_errors(scenario, shape)
         if spec.rules:
             errors += import_path(spec.rules)(scenario, shape)
+    if scenario.resume is not None and scenario.resume.layout is not None:  # the layout the run continues on
+        moved = scenario.model_copy(update={"layout": scenario.resume.layout, "resume": None})
+        errors += [(f"resume.{key}" if key.startswith("layout") else key, f"on resume.layout: {message}")
+                   for key, message in layout_errors(moved)]
     return errors
 
 
@@ -96,6 +100,10 @@ def spec_errors(scenario: Scenario, spec: EngineSpec) -> list[tuple[str, str]]:
     if (packing := scenario.workload.packing) not in spec.packings:
         errors.append(("workload.packing", f"engine '{spec.name}' feeds its rows {', '.join(spec.packings)}, not "
                                            f"{packing}"))
+    for field, needs in (("resume", scenario.resume is not None), ("convert", scenario.convert)):
+        if needs and field not in spec.checkpoints:
+            errors.append((field, f"engine '{spec.name}' cannot {field} through its own checkpoint (its spec's "
+                                  f"checkpoints: {', '.join(spec.checkpoints) or 'none'})"))
     return errors
 
 

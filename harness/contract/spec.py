@@ -25,6 +25,8 @@ DEVICES = ("cpu", "cuda", "npu")
 DTYPES = ("fp32", "bf16", "fp16")
 #: how an engine may feed the workload's rows (Workload.packing)
 PACKINGS = ("padded", "packed")
+#: what an engine's own checkpoint can do (Engine.save_checkpoint / load_checkpoint, Engine.convert_checkpoint)
+CHECKPOINTS = ("resume", "convert")
 LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
 
 
@@ -137,6 +139,10 @@ class EngineSpec:
     packings: tuple[str, ...] = ("padded",)
     """How it can feed the rows (Workload.packing): a `packed` row for an engine that cannot pack is bad input,
     never a padded run under a `+packed` id."""
+    checkpoints: tuple[str, ...] = ()
+    """What its own checkpoint supports (see CHECKPOINTS): `resume` (Engine.save_checkpoint / load_checkpoint),
+    `convert` (Engine.convert_checkpoint to HF); a `resume` / `convert` scenario for an engine without it is bad
+    input."""
     requires: tuple[Requirement, ...] = ()
     """Packages the engine needs; a missing one SKIPs its scenarios with the reason."""
     environment_check: str | None = None
@@ -159,7 +165,8 @@ class EngineSpec:
                                                                        KWARGS_BLOCKS),
                                    ("devices", self.devices, DEVICES), ("dtypes", self.dtypes, DTYPES),
                                    ("loss_agg_modes", self.loss_agg_modes, LOSS_AGG_MODES),
-                                   ("packings", self.packings, PACKINGS)):
+                                   ("packings", self.packings, PACKINGS),
+                                   ("checkpoints", self.checkpoints, CHECKPOINTS)):
             if unknown := set(given) - set(known):
                 raise ValueError(f"engine spec {self.name}: unknown {what} {sorted(unknown)}; known: {known}")
         object.__setattr__(self, "retired", MappingProxyType(dict(self.retired)))
@@ -180,4 +187,4 @@ class EngineSpec:
 def open_spec(name: str, engine: str) -> EngineSpec:
     return EngineSpec(name=name, engine=engine, summary="third-party engine (no spec)",
                       dims=frozenset(LAYOUT_DIMS), kwargs_blocks=KWARGS_BLOCKS, loss_agg_modes=LOSS_AGG_MODES,
-                      packings=PACKINGS)
+                      packings=PACKINGS, checkpoints=CHECKPOINTS)

@@ -23,6 +23,17 @@ PACKED_FSDP = "tiny-qwen3/fsdp2/dp2/fp32/cpu+packed"
 PACKED_SP = "tiny-qwen3/megatron/tp2-sp/fp32/cpu+packed"
 PACKED_CP = "tiny-qwen3/megatron/cp2/fp32/cpu+packed"
 PACKED_MOE = "tiny-qwen3-moe/megatron/cp2/fp32/cpu+packed"
+#: the schedule rows of scenarios/cpu.yaml (warmup + cosine, weight decay with biases and norms exempt)
+HF_SCHEDULE = "tiny-qwen3/hf/single/fp32/cpu+schedule"
+FSDP2_RESUME = "tiny-qwen3/fsdp2/dp2/fp32/cpu+resume2+convert+schedule"
+MEGATRON_CONVERT = "tiny-qwen3/megatron/tp2/fp32/cpu+convert+schedule"
+
+
+def _faulted(clean: str, kind: str) -> str:
+    """The id of a schedule row's faulted twin (fault kinds come before the resume / convert suffixes)."""
+    model_layout, rest = clean.split("/cpu", 1)
+    return f"{model_layout}/cpu+{kind}{rest}"
+
 
 #: faulted id -> a metric that must be among the FAIL reasons
 EXPECTED = {
@@ -59,6 +70,19 @@ EXPECTED = {
     PACKED_CP + "+pad_tokens_in_normalizer": "loss rel diff at step 1",
     # alignment tokens in the routers' load statistics: every layer's count is off, its log-probs are not
     PACKED_MOE + "+moe_pad_tokens_routed": "layer 0 mlp expert load max |Δ| (tokens) at step 1",
+    # the schedule, read back from the optimizer at every step: Megatron's scheduler built without its warmup runs
+    # step 1 at the peak lr instead of 0; a scheduler stepped twice per update is a step ahead from step 2
+    _faulted(MEGATRON_CONVERT, "lr_warmup_ignored"): "learning rate vs the schedule at step 1 = 1 > ",
+    _faulted(HF_SCHEDULE, "lr_scheduler_double_step"): "learning rate vs the schedule at step 2 = 0.5 > ",
+    # the norms decayed too: the first update with lr > 0 is step 2, the loss after it step 3
+    _faulted(HF_SCHEDULE, "weight_decay_on_norms"): "loss rel diff at step 3",
+    # Adam's moments zeroed at the resume after step 2: step 3's loss is the checkpoint's, its update is not
+    _faulted(FSDP2_RESUME, "resume_adam_moments_zeroed"): "resume: loss |Δ| to the uninterrupted run at step 4",
+    # the converted checkpoint (saved after step 4) no longer gives the engine's log-probs
+    _faulted(MEGATRON_CONVERT, "converter_qk_swap"):
+        "converted HF checkpoint (saved after the step) vs the engine: log-prob max |Δ| at step 4",
+    _faulted(MEGATRON_CONVERT, "converter_tied_embedding_dropped"):
+        "converted HF checkpoint (saved after the step) vs the engine: log-prob max |Δ| at step 4",
 }
 #: faulted id -> the ONLY groups whose step-1 grad norm may FAIL (the fingerprint localises the defect)
 LOCALISED = {
@@ -70,7 +94,7 @@ LOCALISED = {
 
 @pytest.mark.parametrize("clean_id", [CLEAN, CLEAN_BF16, CLEAN_TP, CLEAN_MEGATRON,
                                       "tiny-qwen3/fsdp2/dp2/fp32/cpu+twice", PACKED_FSDP, PACKED_SP, PACKED_CP,
-                                      PACKED_MOE])
+                                      PACKED_MOE, HF_SCHEDULE, FSDP2_RESUME, MEGATRON_CONVERT])
 def test_clean_twin_passes(runner, clean_id):
     verdict = runner.run_scenario(SCENARIOS[clean_id])
     assert verdict.status == "PASS", verdict.reasons
@@ -137,3 +161,23 @@ def test_packed_records_name_the_data_path_that_ran(runner, clean_id):
         assert path["qkv_format"] == "thd" and path["core_attention"] == ["THDAttention"], path
         assert path["thd_alignment"] == (4 if "/cp2/" in clean_id else 2), path
         assert path.get("padding_mask_to_routers", True) is True, path
+
+
+@pytest.mark.parametrize("clean_id", [HF_SCHEDULE, FSDP2_RESUME, MEGATRON_CONVERT])
+def test_schedule_rows_read_the_schedule_back_at_every_step(runner, clean_id):
+    """The clean twins are judged on what they did, not only on numbers: every step reports every param group's
+    lr (the decaying and the exempt group), a resumed run took the workload's steps on its restored optimizer, and
+    a converted run scored its converted checkpoint."""
+    verdict = runner.run_scenario(SCENARIOS[clean_id])
+    assert verdict.status == "PASS", verdict.reasons
+    record = RunRecord.load(runner.options.out_dir / "records" / slug(clean_id))
+    assert [len(step.lr or []) for step in record.steps] == [2, 2, 2, 2]
+    assert [step.lr[0] for step in record.steps] == pytest.approx([0.0, 5e-5, 1e-4, 5.5e-5])
+    assert record.optimizer_steps == 4
+    metrics = {c["metric"] for c in verdict.to_json()["checks"]}
+    assert "learning rate vs the schedule" in metrics
+    if "+resume" in clean_id:
+        assert record.provenance["resumed"]["after_step"] == 2
+        assert any(m.startswith("resume: ") for m in metrics), metrics
+    if "+convert" in clean_id:
+        assert any(m.startswith("converted HF checkpoint") for m in metrics), metrics

@@ -103,7 +103,8 @@ VERL_FSDP = EngineSpec(
     name="verl_fsdp", engine="parity.engines.verl.fsdp:VerlFSDPEngine",
     summary="verl's own FSDPEngineWithLMHead (FSDP2 / FSDP1) from verl's config, driven by verl's engine API",
     dims=frozenset({"dp", "ulysses"}), kwargs_blocks=("actor_rollout_ref",), dtypes=("fp32", "bf16"),
-    loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS, prepare="parity.engines.verl.rules:prepare_fsdp",
+    loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS, checkpoints=("resume", "convert"),
+    prepare="parity.engines.verl.rules:prepare_fsdp",
     rules="parity.engines.verl.rules:fsdp_errors", environment_check="parity.engines.verl.source:problem",
     # verl builds on meta except rank 0, which loads on the host; fsdp2_load_full_state_dict broadcasts
     # (verl/workers/engine/fsdp/transformer_impl.py _build_module, verl/utils/fsdp_utils.py)

@@ -10,7 +10,7 @@ from pathlib import Path
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.selection import scenario_files, select
 from parity.harness.contract.schema import Scenario
-from parity.harness.judge.calibrate import distribution, proposals
+from parity.harness.judge.calibrate import band_proposals, distribution, proposals, step_envelopes
 from parity.harness.options import RunOptions
 
 
@@ -32,14 +32,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     verdicts = runner.run(scenarios, lambda v: print(f"{v.status:<5} {v.id}", flush=True))
     judged = [v for v in verdicts if v.status in ("PASS", "FAIL")]
     dist = distribution([v.metrics for v in judged])
+    envelopes = step_envelopes([v.to_json() for v in judged])
     report = {"runs": len(verdicts), "false_fails": [v.id for v in verdicts if v.status == "FAIL"],
               "errors": [v.id for v in verdicts if v.status == "ERROR"], "margin": args.margin,
-              "distribution": dist, "proposed_limits": proposals(dist, args.margin)}
+              "distribution": dist, "proposed_limits": proposals(dist, args.margin),
+              "step_envelopes": envelopes, "band_margin": args.band_margin,
+              "proposed_bands": band_proposals(envelopes, args.band_margin)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "calibration.json").write_text(json.dumps(report, indent=1))
     for name, stats in dist.items():
         print(f"{name:<18} worst {stats['worst']:.3g}  p90 {stats['p90']:.3g}  median {stats['median']:.3g}  "
               f"-> proposed limit {report['proposed_limits'][name]:.3g}")
+    for dtype, bands in report["proposed_bands"].items():  # the per-step growth a long run's limits take
+        print(f"band [{dtype}] " + "  ".join(f"{name} {slope:.3g}" for name, slope in bands.items()))
     print(f"{len(report['false_fails'])} FAIL on clean runs (must be 0); written {out / 'calibration.json'}")
     return 1 if report["false_fails"] or report["errors"] else 0
 
@@ -50,6 +55,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("-k")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--margin", type=float, default=10.0, help="proposed limit = worst clean value x margin")
+    parser.add_argument("--band-margin", type=float, default=3.0,
+                        help="a long run's band covers the worst clean value of every step x this")
     parser.add_argument("--out", default="parity-calibration")
     parser.add_argument("--cache-dir", default=".parity-cache")
     parser.set_defaults(func=cmd_calibrate)

@@ -148,7 +148,8 @@ def scenario_section(result: dict[str, Any], trend: str | None = None, figure: s
              f'<h3>{html.escape(result["verdict"])} {html.escape(result["id"])}</h3>']
     parts += [f'<div class="reason">{html.escape(reason)}</div>' for reason in reasons]
     if figure is not None:
-        parts.append(_img(figure, f"{result['id']}: loss, grad norm, |Δ log-prob|"))
+        parts.append(_img(figure, f"{result['id']}: loss, grad norm, their differences against the band, learning "
+                                  "rate, |Δ log-prob|"))
     if trend:
         parts.append(_img(trend, f"{result['id']}: trend over earlier runs"))
     parts.append("</section>")

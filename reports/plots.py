@@ -35,52 +35,103 @@ def _png(fig: Any, close: bool = True) -> str:
 
 
 class _ScenarioCanvas:
-    """The 1 x 3 scenario figure, built once per process and redrawn for each result: building the axes and their
-    ticks was a quarter of every figure's ~0.18 s (a page draws one per scenario)."""
+    """The 1 x 5 scenario figure, built once per process and redrawn for each result: building the axes and their
+    ticks was a quarter of every figure's ~0.18 s (a page draws one per scenario). Panels: loss and pre-clip grad
+    norm per step (candidate, reference); their relative differences per step against each step's limit (the band a
+    long run's limits widen by); the learning rate the engine's optimizer ran at against the schedule; the per-token
+    |Δ log-prob| histogram."""
+
+    TITLES = ("loss", "pre-clip grad norm", "rel diff vs its limit (band)", "learning rate",
+              "per-token |Δ log-prob| vs reference")
 
     def __init__(self) -> None:
-        self.fig, self.axes = plt.subplots(1, 3, figsize=(11, 2.6))
-        titles = ("loss", "pre-clip grad norm", "per-token |Δ log-prob| vs reference")
-        for ax, title in zip(self.axes, titles, strict=True):
+        self.fig, self.axes = plt.subplots(1, 5, figsize=(17, 2.6))
+        for ax, title in zip(self.axes, self.TITLES, strict=True):
             ax.set_title(title, fontsize=9, y=1.0)  # a fixed y skips a tight-bbox pass per axes
-        for ax in self.axes[:2]:
+        for ax in self.axes[:4]:
             ax.set_xlabel("step")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        self.axes[2].set_xlabel("log10 |Δ|")
-        self.axes[2].set_ylabel("tokens")
-        self.fig.subplots_adjust(left=0.06, right=0.99, bottom=0.18, top=0.9, wspace=0.3)
+        self.axes[2].set_yscale("log")
+        self.axes[4].set_xlabel("log10 |Δ|")
+        self.axes[4].set_ylabel("tokens")
+        self.fig.subplots_adjust(left=0.04, right=0.99, bottom=0.18, top=0.9, wspace=0.3)
 
-    def draw(self, series: dict[str, Any] | None, hist: dict[str, Any] | None, result: dict[str, Any]) -> str:
+    def draw(self, series: dict[str, Any] | None, metrics: dict[str, Any], result: dict[str, Any]) -> str:
         for ax in self.axes:  # what the previous result drew
-            for artist in [*ax.lines, *ax.patches]:
+            for artist in [*ax.lines, *ax.patches, *ax.collections]:
                 artist.remove()
             if (legend := ax.get_legend()) is not None:
                 legend.remove()
-        for ax, key in ((self.axes[0], "loss"), (self.axes[1], "grad_norm")):
-            if series:
-                ax.plot(range(1, len(series[key]) + 1), series[key], "o-", color=CANDIDATE,
-                        label=result.get("strategy", "candidate"))
-                ax.plot(range(1, len(series[f"reference_{key}"]) + 1), series[f"reference_{key}"], "x--",
+        candidate_label = result.get("strategy", "candidate")
+        if series:
+            style = {"marker": "o" if len(series["loss"]) <= 20 else None, "markersize": 3}
+            for ax, key in ((self.axes[0], "loss"), (self.axes[1], "grad_norm")):
+                steps = range(1, len(series[key]) + 1)
+                ax.plot(steps, series[key], "-", color=CANDIDATE, label=candidate_label, **style)
+                ax.plot(range(1, len(series[f"reference_{key}"]) + 1), series[f"reference_{key}"], "--",
                         color=REFERENCE, label=(result.get("reference") or "reference").split(":", 1)[0])
                 ax.legend(fontsize=7)
-        _histogram(self.axes[2], hist)
+            _band(self.axes[2], metrics)
+            _learning_rate(self.axes[3], series, candidate_label)
+        _histogram(self.axes[4], metrics.get("logprob_abs_hist"))
         for ax in self.axes:
-            if ax.lines or ax.patches:
+            if ax.lines or ax.patches or ax.collections:
                 ax.relim()
                 ax.autoscale_view()
             else:  # an empty panel shows what a new axes shows, not the previous result's limits
                 ax.set_xlim(0, 1)
-                ax.set_ylim(0, 1)
+                ax.set_ylim(*((1e-8, 1) if ax.get_yscale() == "log" else (0, 1)))
                 ax.set_autoscale_on(True)
         return _png(self.fig, close=False)
+
+
+#: a relative difference of 0 (bit-identical) drawn on the log axis at this floor
+BAND_FLOOR = 1e-10
+
+
+#: the band panel's colours (not the candidate / reference pair of the other panels)
+BAND_COLORS = {"loss": "#2ca02c", "grad_norm": "#d62728"}
+
+
+def _floored(values: list[Any]) -> list[float]:
+    """For the log axis: bit-identical (0) at BAND_FLOOR, missing or non-finite at 1 (off any limit)."""
+    return [max(v, BAND_FLOOR) if isinstance(v, int | float) and math.isfinite(v) else 1.0 for v in values]
+
+
+def _band(ax: Any, metrics: dict[str, Any]) -> None:
+    """Each step's relative difference of loss and grad norm (solid) under its limit (dotted: the band), and the
+    low-precision baseline's (thin) where the row has one."""
+    for key, color in BAND_COLORS.items():
+        values, limits = metrics.get(f"{key}_rel"), metrics.get(f"{key}_rel_limit")
+        if not values:
+            continue
+        name = key.replace("_", " ")
+        ax.plot(range(1, len(values) + 1), _floored(values), "-", color=color, label=name)
+        if limits:
+            ax.plot(range(1, len(limits) + 1), limits, ":", color=color, label=f"{name} limit")
+        if baseline := metrics.get(f"{key}_rel_baseline"):
+            ax.plot(range(1, len(baseline) + 1), _floored(baseline), "-", color=color, alpha=0.35, linewidth=0.8,
+                    label=f"{name} baseline")
+    if ax.lines:
+        ax.legend(fontsize=6)
+
+
+def _learning_rate(ax: Any, series: dict[str, Any], label: str) -> None:
+    lrs, schedule = series.get("lr") or [], series.get("schedule_lr") or []
+    if any(v is not None for v in lrs):
+        ax.plot(range(1, len(lrs) + 1), [math.nan if v is None else v for v in lrs], "-", color=CANDIDATE,
+                label=label)
+        ax.plot(range(1, len(schedule) + 1), schedule, "--", color=REFERENCE, label="schedule")
+        ax.legend(fontsize=7)
 
 
 _canvas: _ScenarioCanvas | None = None
 
 
 def scenario_figure(result: dict[str, Any]) -> str | None:
-    """Per-step loss and pre-clip grad norm (candidate vs reference) and the per-token |Δ log-prob| histogram
-    before / after training; None when the result holds none of them (SKIP, ERROR)."""
+    """Per-step loss and pre-clip grad norm (candidate vs reference), their differences against each step's limit,
+    the learning rate against the schedule, and the per-token |Δ log-prob| histogram before / after training; None
+    when the result holds none of them (SKIP, ERROR)."""
     global _canvas
     metrics = result.get("metrics") or {}
     series, hist = metrics.get("series"), metrics.get("logprob_abs_hist")
@@ -88,7 +139,7 @@ def scenario_figure(result: dict[str, Any]) -> str | None:
         return None
     if _canvas is None:
         _canvas = _ScenarioCanvas()
-    return _canvas.draw(series, hist, result)
+    return _canvas.draw(series, metrics, result)
 
 
 def _histogram(ax: Any, hist: dict[str, Any] | None) -> None:

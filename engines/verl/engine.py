@@ -77,6 +77,9 @@ class VerlEngine(Engine):
         engine.infer_micro_batch_size_per_gpu = actor.ppo_micro_batch_size_per_gpu
         engine.use_remove_padding = model.get("use_remove_padding", False)
         engine.use_fused_kernels = model.get("use_fused_kernels", False)
+        # verl's trainer writes the run's length into the optimizer config (verl/trainer/ppo/ray_trainer.py
+        # _create_dataloader): the schedulers decay over it and derive a warmup ratio's steps from it
+        actor.optim.total_training_steps = self.ctx.scenario.workload.steps
 
     def before_build(self) -> None:
         """Runs after verl is imported and configured, before its EngineRegistry builds the engine."""
@@ -202,7 +205,10 @@ class VerlEngine(Engine):
         if self.ctx.rank != 0:
             return None
         loss, grad_norm = next(r for r in results if r is not None)
-        return StepOutput(loss=loss, grad_norm=grad_norm)
+        # the lr every param group ran at, as observed at this step's optimizer.step() (observe.py)
+        lrs = [float(group["lr"]) for group in self.observed.optimizer_groups[-1]] \
+            if self.observed.optimizer_groups else None
+        return StepOutput(loss=loss, grad_norm=grad_norm, lr=lrs)
 
     # ---- read-back --------------------------------------------------------------------------------------------
     def applied_kwargs(self) -> dict[str, Any]:

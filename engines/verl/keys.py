@@ -67,6 +67,9 @@ class EngineKeys:
     refused: Mapping[str, Refused]
     verl_none: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """shared verl key -> the scenario value verl spells None (Megatron's vpp None is the scenario's vpp 1)."""
+    quiet_defaults: frozenset[str] = frozenset()
+    """Shared keys written into verl's config only away from the scenario field's default, which is verl's own
+    default too: a row that predates them keeps its verl tree, hence its content hash."""
 
     def read_back_for(self, key: str) -> ReadBack | None:
         if key in self.read_back:
@@ -80,6 +83,21 @@ class EngineKeys:
 # ---- keys both engines share -------------------------------------------------------------------------------
 _NUMERIC = "verl's loss function reads it from the actor config; checked by the per-step loss against the reference"
 
+#: the schedule keys every verl optimizer config has (verl/workers/config/optimizer.py OptimizerConfig): warmup, as
+#: the workload's. The decay is per backend: FSDP's lr_scheduler_type / min_lr_ratio, Megatron's lr_decay_style /
+#: min_lr (engines/verl/rules.py derives min_lr from min_lr_ratio)
+SCHEDULE_SHARED = {
+    "actor.optim.lr_warmup_steps": "workload.lr_warmup_steps",
+    "actor.optim.lr_warmup_steps_ratio": "workload.lr_warmup_steps_ratio",
+}
+_SCHEDULE = ("the learning rate of every optimizer param group at every step, against the workload's schedule "
+             "(parity.harness.contract.schedule)")
+SCHEDULE_READ_BACK = {key: ReadBack("schedule", _SCHEDULE) for key in (
+    "actor.optim.lr_warmup_steps", "actor.optim.lr_warmup_steps_ratio", "actor.optim.lr_scheduler_type",
+    "actor.optim.min_lr_ratio", "actor.optim.lr_decay_style", "actor.optim.min_lr")}
+#: what verl's trainer writes into the optimizer config; the harness writes it from workload.steps
+TRAINER_SET = Refused(-1, "verl's trainer sets it from the run's length; the harness sets it from workload.steps")
+
 COMMON_SHARED = {
     "actor.optim.lr": "workload.lr",
     "actor.optim.weight_decay": "workload.weight_decay",
@@ -91,10 +109,11 @@ COMMON_SHARED = {
     "actor.loss_agg_mode": "workload.loss_agg_mode",
     "actor.ppo_mini_batch_size": "workload.batch_size",
     "model.use_remove_padding": "workload.packing",
+    **SCHEDULE_SHARED,
 }
 
 COMMON_READ_BACK = {
-    "actor.optim.lr": ReadBack("optimizer_lr", "lr of every optimizer param group at every step"),
+    "actor.optim.lr": ReadBack("schedule", _SCHEDULE),
     "actor.optim.weight_decay": ReadBack("optimizer_group", "weight_decay of every optimizer param group"),
     "actor.optim.betas": ReadBack("optimizer_group", "betas of every optimizer param group"),
     "actor.optim.clip_grad": ReadBack("clip_threshold", "max_norm verl passed to its grad clipping, every step"),
@@ -121,19 +140,21 @@ COMMON_REFUSED = {
     "actor.policy_loss.loss_mode": Refused("vanilla", "the reference computes verl's vanilla PPO-clip loss only"),
     "actor.ppo_epochs": Refused(1, "the harness runs one update per step, as the reference does"),
     "actor.rollout_n": Refused(1, "ppo_mini_batch_size counts sequences here: one response per prompt"),
-    "actor.optim.lr_scheduler_type": Refused("constant", "the reference trains at a constant learning rate"),
-    "actor.optim.lr_warmup_steps": Refused(-1, "the reference trains at a constant learning rate (no warmup)"),
-    "actor.optim.lr_warmup_steps_ratio": Refused(0.0, "the reference trains at a constant learning rate"),
+    "actor.optim.total_training_steps": TRAINER_SET,
     "model.lora_rank": Refused(0, "the reference trains every weight, not a LoRA adapter"),
     "model.use_fused_kernels": Refused(False, "verl's fused kernels need a GPU"),
     "model.use_liger": Refused(False, "liger kernels need a GPU"),
 }
 
+FSDP_SCHEDULE = {"actor.optim.lr_scheduler_type": "workload.lr_scheduler_type",
+                 "actor.optim.min_lr_ratio": "workload.min_lr_ratio"}
+
 FSDP = EngineKeys(
     backends=("fsdp", "fsdp2"),
-    shared={**COMMON_SHARED, "actor.fsdp_config.mixed_precision.param_dtype": "dtype",
+    shared={**COMMON_SHARED, **FSDP_SCHEDULE, "actor.fsdp_config.mixed_precision.param_dtype": "dtype",
             "actor.fsdp_config.ulysses_sequence_parallel_size": "layout.ulysses"},
-    read_back={**COMMON_READ_BACK,
+    quiet_defaults=frozenset({*SCHEDULE_SHARED, *FSDP_SCHEDULE}),
+    read_back={**COMMON_READ_BACK, **SCHEDULE_READ_BACK,
                "actor.fsdp_config.reshard_after_forward": ReadBack(
                    "fsdp_reshard", "reshard-after-forward of every FSDP unit (FSDP1: its sharding strategy)"),
                "actor.fsdp_config.mixed_precision.*": ReadBack(
@@ -156,6 +177,10 @@ FSDP = EngineKeys(
                                            dropped_in="verl/workers/engine/fsdp/transformer_impl.py optimizer_step "
                                                       "(clips at optim.clip_grad only)")},
     refused={**COMMON_REFUSED,
+             "actor.optim.num_cycles": Refused(0.5, "the workload's cosine is a half cycle"),
+             "actor.optim.zero_indexed_step": Refused(True, "the workload's schedule counts the first update as "
+                                                            "step 0, as verl's default"),
+             "actor.optim.warmup_style": Refused(None, "verl's deprecated spelling of lr_scheduler_type: give that"),
              "actor.fsdp_config.forward_only": Refused(False, "a forward-only engine cannot train"),
              "actor.fsdp_config.wrap_policy.min_num_params": Refused(
                  0, "the harness reads back class-based wrapping only (transformer_layer_cls_to_wrap)")},
@@ -268,6 +293,8 @@ def prepare(raw: dict[str, Any], keys: EngineKeys) -> tuple[dict[str, Any], list
     for key, field in keys.shared.items():
         if key not in flat:
             value = _get(out, field)
+            if key in keys.quiet_defaults and (value is None or value == _field_default(field)):
+                continue
             flat[key] = _to_verl(field, _field_default(field) if value is None else value)
             if key in keys.verl_none and flat[key] == keys.verl_none[key]:
                 flat[key] = None
@@ -293,9 +320,12 @@ BETAS_DROP = ("verl/utils/megatron/optimizer.py:126-217 init_megatron_optim_conf
               "OptimizerConfig: adam_beta1 / adam_beta2 keep Megatron's defaults unless "
               "override_optimizer_config sets them)")
 
+MEGATRON_SCHEDULE = {"actor.optim.lr_decay_style": "workload.lr_scheduler_type"}
+
 MEGATRON = EngineKeys(
     backends=("megatron",),
-    shared={**COMMON_SHARED, "actor.megatron.dtype": "dtype",
+    quiet_defaults=frozenset({*SCHEDULE_SHARED, *MEGATRON_SCHEDULE}),
+    shared={**COMMON_SHARED, **MEGATRON_SCHEDULE, "actor.megatron.dtype": "dtype",
             "actor.megatron.sequence_parallel": "layout.sequence_parallel",
             **{f"actor.megatron.{key}": field for key, field in _MEGATRON_SIZES.items()}},
     read_back={**{k: v for k, v in COMMON_READ_BACK.items()
@@ -308,7 +338,7 @@ MEGATRON = EngineKeys(
                "actor.optim.betas": ReadBack("optimizer_group", "betas of every optimizer param group",
                                              dropped_in=BETAS_DROP),
                "actor.optim.optimizer": ReadBack("mcore_optimizer", "optimizer of Megatron's OptimizerConfig"),
-               "actor.optim.min_lr": ReadBack("mcore_optimizer", "min_lr of Megatron's OptimizerConfig"),
+               **SCHEDULE_READ_BACK,
                "actor.optim.override_optimizer_config.*": ReadBack("mcore_optimizer",
                                                                    "the field of Megatron's OptimizerConfig"),
                **{f"actor.megatron.{key}": ReadBack("mcore_parallel", f"{key.removesuffix('_size')} group size "
@@ -346,8 +376,10 @@ MEGATRON = EngineKeys(
              "actor.megatron.dynamic_context_parallel": Refused(False, "not read back here (needs packed batches "
                                                                        "and Megatron's dynamic CP groups)"),
              "actor.optim.use_precision_aware_optimizer": Refused(False, "needs Transformer Engine's FusedAdam"),
-             "actor.optim.weight_decay": Refused(0.0, "Megatron's optimizer exempts biases and norm weights from "
-                                                      "weight decay (get_megatron_optimizer's default), the reference "
-                                                      "decays every parameter")},
+             "actor.optim.lr_warmup_init": Refused(0.0, "the workload's warmup starts from 0"),
+             "actor.optim.lr_decay_steps": Refused(None, "the workload's decay runs over its steps (verl's None: "
+                                                         "total_training_steps)"),
+             "actor.optim.weight_decay_incr_style": Refused("constant", "the workload's weight decay is constant"),
+             "actor.optim.lr_wsd_decay_steps": Refused(None, "the workload's schedule has no WSD phase")},
     verl_none={"actor.megatron.virtual_pipeline_model_parallel_size": 1},
 )

@@ -34,9 +34,6 @@ class VerlMegatronEngine(VerlEngine):
 
     def configure_engine(self, actor: Any, model: Any) -> None:
         super().configure_engine(actor, model)
-        # verl's trainer writes the run's length into the optimizer config (verl/trainer/ppo/ray_trainer.py
-        # _create_dataloader); Megatron's lr scheduler asserts it (its decay steps default to it)
-        actor.optim.total_training_steps = self.ctx.scenario.workload.steps
         self.shims += shims.tokenizer_stand_in(model)
 
     def setup(self) -> None:

@@ -89,12 +89,6 @@ def _dtype_agreeing(requested: Any, dtype: torch.dtype | None) -> Any:
 
 
 # ---- rules every verl engine has ----------------------------------------------------------------------------
-@rule("optimizer_lr")
-def optimizer_lr(engine: Any, key: str, requested: Any) -> Any:
-    lrs = [group["lr"] for step in engine.observed.optimizer_groups for group in step]
-    return agreeing(requested, unanimous(lrs, "learning rates"))
-
-
 @rule("optimizer_group")
 @built_at("optimizer")
 def optimizer_group(engine: Any, key: str, requested: Any) -> Any:
@@ -104,6 +98,26 @@ def optimizer_group(engine: Any, key: str, requested: Any) -> Any:
     effective = unanimous(values, f"optimizer {name}")
     return agreeing(tuple(requested) if isinstance(requested, list) else requested, effective) \
         if not isinstance(effective, str) else effective
+
+
+@rule("schedule")
+def schedule(engine: Any, key: str, requested: Any) -> Any:
+    """The lr and the schedule keys restate the workload's schedule (lr its peak): what verl did with them is the
+    learning rate every param group of its optimizer ran at, at every step, against that schedule (the judge also
+    checks each step)."""
+    from parity.harness.contract.schedule import describe, lr_at
+
+    workload = engine.ctx.scenario.workload
+    steps = engine.observed.optimizer_groups
+    if not steps:
+        return "no optimizer step observed"
+    for number, groups in enumerate(steps, start=1):
+        expected = lr_at(workload, number)
+        for group in groups:
+            if abs(group["lr"] - expected) > 1e-6 * workload.lr:
+                return (f"lr {group['lr']:.6g} at step {number}, the schedule's {expected:.6g} "
+                        f"({describe(workload)})")
+    return requested
 
 
 @rule("clip_threshold")

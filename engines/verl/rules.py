@@ -18,7 +18,18 @@ def prepare_fsdp(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, s
 
 
 def fsdp_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
-    return errors(scenario, "ppo_trainer", verl_keys.FSDP)
+    return decay_group_errors(scenario, "none", "verl's FSDP engine builds torch's optimizer over every parameter "
+                                                "(verl/workers/config/optimizer.py build_optimizer)") \
+        + errors(scenario, "ppo_trainer", verl_keys.FSDP)
+
+
+def decay_group_errors(scenario: Any, groups: str, why: str) -> list[tuple[str, str]]:
+    """The weight-decay groups the engine builds must be the workload's (they only matter with weight decay)."""
+    workload = scenario.workload
+    if workload.weight_decay and workload.weight_decay_exempt != groups:
+        return [("workload.weight_decay_exempt", f"{scenario.engine_label} decays with weight_decay_exempt "
+                                                 f"{groups!r}, not {workload.weight_decay_exempt!r}: {why}")]
+    return []
 
 
 def errors(scenario: Any, config_name: str, keys: EngineKeys) -> list[tuple[str, str]]:
@@ -58,12 +69,17 @@ def errors(scenario: Any, config_name: str, keys: EngineKeys) -> list[tuple[str,
 _ETP = "actor.megatron.expert_tensor_parallel_size"
 
 
+_MIN_LR = "actor.optim.min_lr"
+
+
 def prepare_megatron(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The Megatron key table; the expert TP size, whose None verl reads as 'the same as tp', follows the layout's
-    (layout.etp with ep > 1, tp otherwise: engines/megatron/rules.py expert_tensor_parallel)."""
+    (layout.etp with ep > 1, tp otherwise: engines/megatron/rules.py expert_tensor_parallel); Megatron's absolute
+    min_lr is the workload's min_lr_ratio x lr."""
     out, problems = verl_keys.prepare(raw, verl_keys.MEGATRON)
     if problems:
         return out, problems
+    problems += _min_lr(out)
     flat, layout = out[BLOCK], out.get("layout") or {}
     tp, ep, etp = (int(layout.get(k, 1)) for k in ("tp", "ep", "etp"))
     wanted = etp if ep > 1 else tp
@@ -76,9 +92,34 @@ def prepare_megatron(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[st
     return out, problems
 
 
+def _min_lr(out: dict[str, Any]) -> list[tuple[str, str]]:
+    """actor.optim.min_lr (Megatron's OptimizerConfig, absolute) restates the workload's min_lr_ratio x lr: given,
+    it sets the ratio (or must agree with it); not given, it is written away from its default 0."""
+    from parity.harness.contract.schema import Workload
+
+    flat, workload = out[BLOCK], dict(out.get("workload") or {})
+    lr = float(workload.get("lr", Workload.model_fields["lr"].default))
+    ratio = workload.get("min_lr_ratio")
+    given = flat.get(_MIN_LR)
+    if given is None:
+        if ratio:
+            flat[_MIN_LR] = float(ratio) * lr
+        return []
+    if ratio is None:
+        out["workload"] = {**workload, "min_lr_ratio": float(given) / lr}
+        return []
+    if abs(float(given) - float(ratio) * lr) > 1e-12 * lr:
+        return [(f"{BLOCK}.{_MIN_LR}", f"{given!r} disagrees with the scenario's workload.min_lr_ratio x lr = "
+                                       f"{float(ratio) * lr!r}: give it once")]
+    return []
+
+
 def megatron_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
     flat: dict[str, Any] = scenario.actor_rollout_ref
-    problems = errors(scenario, "ppo_megatron_trainer", verl_keys.MEGATRON)
+    problems = decay_group_errors(scenario, "biases_and_norms", "verl's Megatron engine builds Megatron's default "
+                                                                "param groups (verl/utils/megatron/optimizer.py "
+                                                                "get_megatron_optimizer passes no overrides)")
+    problems += errors(scenario, "ppo_megatron_trainer", verl_keys.MEGATRON)
     ddp = {key.rsplit(".", 1)[1]: value for key, value in flat.items()
            if key.startswith("actor.megatron.override_ddp_config.")}
     if "bucket_size" in ddp and not ddp.get("overlap_grad_reduce", False):

@@ -46,7 +46,14 @@ CPU_EMPTY_CACHE = Shim(
     "cpu-empty-cache", "verl/utils/fsdp_utils.py:60 (init_fn) and 26 more get_torch_device().empty_cache() calls",
     "torch.cpu has no empty_cache; the CPU allocator keeps no cache to empty, so torch.cpu gets a no-op one")
 
-CPU_SHIMS = (PLATFORM, ENGINE_DEVICE, FSDP1_SYNC, PINNED_OFFLOAD, CPU_EMPTY_CACHE)
+CPU_RNG_STATE = Shim(
+    "cpu-rng-state", "verl/utils/checkpoint/checkpoint_manager.py:218 (load_rng_state)",
+    "restoring a checkpoint, verl sets the accelerator's RNG state from the entry named after the device; on the CPU "
+    "platform that name is 'cpu', the CPU generator's own entry, which load_rng_state restored a line earlier "
+    "(get_rng_state skips the accelerator on 'cpu'). torch.cpu has no set_rng_state: it gets torch.set_rng_state, "
+    "so the same state is set again")
+
+CPU_SHIMS = (PLATFORM, ENGINE_DEVICE, FSDP1_SYNC, PINNED_OFFLOAD, CPU_EMPTY_CACHE, CPU_RNG_STATE)
 
 _applied: list[str] = []
 
@@ -84,7 +91,8 @@ def apply(device: str) -> list[str]:
         _skip_fsdp1_sync_device_check()
         _unpinned_offload_policy()
         _cpu_empty_cache()
-        _applied.extend([FSDP1_SYNC.name, PINNED_OFFLOAD.name, CPU_EMPTY_CACHE.name])
+        _cpu_rng_state()
+        _applied.extend([FSDP1_SYNC.name, PINNED_OFFLOAD.name, CPU_EMPTY_CACHE.name, CPU_RNG_STATE.name])
     return list(_applied)
 
 
@@ -114,6 +122,13 @@ def _cpu_empty_cache() -> None:
 
     if not hasattr(torch.cpu, "empty_cache"):
         torch.cpu.empty_cache = lambda: None
+
+
+def _cpu_rng_state() -> None:
+    import torch
+
+    if not hasattr(torch.cpu, "set_rng_state"):
+        torch.cpu.set_rng_state = torch.set_rng_state
 
 
 # ---- verl's Megatron engine (megatron-core through mbridge) on a CPU-only box -----------------------------------

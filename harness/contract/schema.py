@@ -259,6 +259,18 @@ class Tolerance(_Strict):
     """Opt-in, MoE: the most tokens one expert of one layer may receive more or fewer than in the reference, per
     step, as the router's load statistics count them (StepOutput.expert_load: real tokens only). 0 = the same
     routing token for token; a near-tie of two experts' router logits may flip one token in fp32."""
+    loss_rel_per_step: float | None = None
+    """A long run's band: rtol added to the loss check per step after the first (rtol + (k - 1) x this; default 0,
+    calibrated over seeds for the long lane: docs/tolerances.md)."""
+    grad_norm_rel_per_step: float | None = None
+    """The same band for the pre-clip grad norm."""
+    group_grad_norm_rel_per_step: float | None = None
+    """The same band for the per-module grad norms."""
+    ratio_step_median: float | None = None
+    """Three-way lane, opt-in (long runs): limit on the per-step loss / grad-norm error over the baseline's, each a
+    median over `ratio_step_window` steps (one step's ratio is one draw)."""
+    ratio_step_window: int | None = Field(None, ge=1)
+    """Steps per window of ratio_step_median (default 10)."""
     lr_rel: float | None = None
     """The learning rate each step ran at against the workload's schedule, |Δ| / lr (default 1e-6)."""
 

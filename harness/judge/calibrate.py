@@ -16,6 +16,9 @@ METRICS: dict[str, tuple[str, ...]] = {
     "logprob_p99_abs": ("logprobs_after", "p99_abs"), "kl_k3": ("logprobs_after", "kl_k3"),
     "entropy_max_abs": ("entropy_after", "max_abs"), "loss_rel": ("loss_rel_max",),
     "grad_norm_rel": ("grad_norm_rel_max",),
+    # three-way lane of a long run: the windowed median ratios per step (harness/judge/curves.py), their worst
+    "loss_rel_ratio_windowed": ("loss_rel_ratio_windowed",),
+    "grad_norm_rel_ratio_windowed": ("grad_norm_rel_ratio_windowed",),
 }
 
 
@@ -25,6 +28,9 @@ def _value(metrics: dict[str, Any], path: tuple[str, ...]) -> float | None:
         if not isinstance(node, dict) or key not in node:
             return None
         node = node[key]
+    if isinstance(node, list):  # a per-step series: its worst step (NaN the worst)
+        steps = [float(v) for v in node if isinstance(v, int | float)]
+        return max(steps, key=lambda v: math.inf if math.isnan(v) else v) if steps else None
     return float(node) if isinstance(node, int | float) else None
 
 
@@ -46,3 +52,53 @@ def distribution(all_metrics: list[dict[str, Any]]) -> dict[str, dict[str, float
 def proposals(dist: dict[str, dict[str, float]], margin: float) -> dict[str, float]:
     """Proposed limit per metric: worst clean value x margin."""
     return {name: stats["worst"] * margin for name, stats in dist.items()}
+
+
+#: per-step relative errors a long run's band widens over (verdict metrics: one value per step), and the Limits
+#: field of each one's band
+BAND_SERIES: dict[str, str] = {"loss_rel": "loss_rel_per_step", "grad_norm_rel": "grad_norm_rel_per_step",
+                               "group_grad_norm_rel": "group_grad_norm_rel_per_step"}
+
+
+def step_envelopes(results: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Per dtype and per-step series: the worst value over the clean runs at each step (NaN counts as inf; a step
+    some runs lack is taken over those that have it)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for result in results:
+        metrics, dtype = result.get("metrics") or {}, str(result.get("dtype", "fp32"))
+        for series in BAND_SERIES:
+            values = metrics.get(series) or []
+            envelope = out.setdefault(dtype, {}).setdefault(series, [])
+            for step, value in enumerate(values):
+                value = math.inf if value is not None and math.isnan(value) else value
+                if step == len(envelope):
+                    envelope.append(-math.inf)
+                if value is not None:
+                    envelope[step] = max(envelope[step], value)
+    return out
+
+
+def band_proposals(envelopes: dict[str, dict[str, list[float]]], margin: float) -> dict[str, dict[str, float]]:
+    """Per dtype, the per-step growth of each band (Limits.*_rel_per_step): the smallest slope s for which the
+    dtype's own limit at step k plus s x (k - 1) covers `margin` x the worst clean value at every step k — the
+    steps the base limit already covers ask for nothing."""
+    from parity.harness.judge.tolerances import DEFAULTS
+
+    proposals: dict[str, dict[str, float]] = {}
+    for dtype, series in envelopes.items():
+        base = DEFAULTS.get(dtype, DEFAULTS["fp32"])
+        for name, envelope in series.items():
+            slope = 0.0
+            for index, worst in enumerate(envelope):
+                step = index + 1
+                if step == 1 or worst == -math.inf:
+                    continue
+                if name == "group_grad_norm_rel":
+                    if base.group_grad_norm_rel is None:
+                        break
+                    floor = base.group_grad_norm_rel
+                else:
+                    floor = base.step_tolerance(name.removesuffix("_rel"), step)[0]
+                slope = max(slope, (margin * worst - floor) / (step - 1))
+            proposals.setdefault(dtype, {})[BAND_SERIES[name]] = slope
+    return proposals

@@ -20,14 +20,14 @@ from parity.harness.run.records import RunRecord
 def group_checks(candidate: RunRecord, reference: RunRecord, limits: Limits) -> tuple[list[Check], float | None]:
     """The failing group checks of every step, plus the worst passing one per step (so the report shows the
     margin); and the worst relative difference over all groups and steps (None when not compared)."""
-    rtol = limits.group_grad_norm_rel
-    if rtol is None:
+    if limits.group_grad_norm_rel is None:
         return [], None
     checks: list[Check] = []
     observed_all: list[float] = []
     for cand, ref in zip(candidate.steps, reference.steps, strict=False):
         if cand.group_grad_norms is None or ref.group_grad_norms is None:
             continue
+        rtol = limits.group_rtol(cand.step)
         atol = limits.group_grad_norm_atol * abs(ref.grad_norm) if math.isfinite(ref.grad_norm) else 0.0
         step_checks = []
         for group in sorted(set(ref.group_grad_norms) | set(cand.group_grad_norms)):
@@ -51,3 +51,16 @@ def group_checks(candidate: RunRecord, reference: RunRecord, limits: Limits) -> 
             checks.append(max(step_checks, key=lambda c: c.observed / c.limit))
     worst = max(observed_all, key=lambda v: math.inf if math.isnan(v) else v) if observed_all else None
     return checks, worst
+
+
+def worst_group_rel_per_step(candidate: RunRecord, reference: RunRecord) -> list[float | None]:
+    """Per step, the largest relative difference of any group (None where a side reports none): what a long run's
+    band for the groups is calibrated on."""
+    worst: list[float | None] = []
+    for cand, ref in zip(candidate.steps, reference.steps, strict=False):
+        if cand.group_grad_norms is None or ref.group_grad_norms is None:
+            worst.append(None)
+            continue
+        rels = [rel_diff(cand.group_grad_norms.get(g, math.nan), r) for g, r in ref.group_grad_norms.items()]
+        worst.append(max(rels, key=lambda v: math.inf if math.isnan(v) else v) if rels else None)
+    return worst

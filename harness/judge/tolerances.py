@@ -54,6 +54,20 @@ class Limits:
     grad_norm_atol_updated: float | None = None
     expert_load_abs: float | None = None
     """Opt-in (None = not compared): tokens per expert per MoE layer and step, max |Δ| (harness/judge/loads.py)."""
+    loss_rel_per_step: float = 0.0
+    """The band of a long run: rtol added per step after the first to the loss check's (rtol(k) = rtol + (k - 1) x
+    this). Rounding differences compound over updates; a long lane calibrates it over seeds (`parity calibrate`,
+    docs/tolerances.md "The long lane"). 0: every step keeps the same limit."""
+    grad_norm_rel_per_step: float = 0.0
+    """The same band for the pre-clip grad norm (the quantity whose error grows most: late in a run the gradient is
+    a small difference of large terms)."""
+    group_grad_norm_rel_per_step: float = 0.0
+    """The same band for the per-module grad norms."""
+    ratio_step_median: float | None = None
+    """Three-way lane, opt-in (long runs): limit on the candidate's per-step loss / grad-norm relative error over
+    the baseline's, each a median over `ratio_step_window` steps (harness/judge/curves.py)."""
+    ratio_step_window: int = 10
+    """Steps per window of ratio_step_median."""
     lr_rel: float = 1e-6
     """The learning rate each step ran at (read back from the engine's optimizer) against the workload's schedule,
     |Δ| / lr: schedulers compute it in Python floats (double), so only a schedule followed differently moves it."""
@@ -64,7 +78,13 @@ class Limits:
         if step > 1:
             rtol = _given(getattr(self, f"{name}_rel_updated"), rtol)
             atol = _given(getattr(self, f"{name}_atol_updated"), atol)
-        return rtol, atol
+        return rtol + getattr(self, f"{name}_rel_per_step") * (step - 1), atol
+
+    def group_rtol(self, step: int) -> float | None:
+        """rtol of the per-module grad norm check at `step` (None: groups not compared in this dtype)."""
+        if self.group_grad_norm_rel is None:
+            return None
+        return self.group_grad_norm_rel + self.group_grad_norm_rel_per_step * (step - 1)
 
 
 def _given(value: float | None, default: float) -> float:

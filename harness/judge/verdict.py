@@ -18,8 +18,9 @@ from parity.harness.contract.spec import KWARGS_BLOCKS
 from parity.harness.judge.checkpoint import conversion_checks, resume_checks
 from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import TokenDiff, error_ratio, series_rel_diff, token_diff
+from parity.harness.judge.curves import step_ratio_checks
 from parity.harness.judge.distribution import histograms
-from parity.harness.judge.groups import group_checks
+from parity.harness.judge.groups import group_checks, worst_group_rel_per_step
 from parity.harness.judge.loads import expert_load_checks
 from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
 from parity.harness.judge.schedule import lr_checks, schedule_series
@@ -81,6 +82,7 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
                                               f"bar: {problem}"], info=scenario_info(scenario))
     checks, metrics = _candidate_checks(candidate, reference, limits, baseline)
     group, metrics["group_grad_norm_rel_max"] = group_checks(candidate, reference, limits)
+    metrics["group_grad_norm_rel"] = worst_group_rel_per_step(candidate, reference)
     checks += group + expert_load_checks(candidate, reference, limits)
     checks += lr_checks(candidate, scenario.workload, limits)
     if scenario.resume is not None and uninterrupted is not None:
@@ -139,14 +141,20 @@ def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits
         metrics[f"{name}_rel"] = list(series.per_step)
         metrics[f"{name}_rel_max"] = series.worst
         label = "pre-clip grad norm" if name == "grad_norm" else name
+        step_limits = []
         for i, value in enumerate(series.per_step):
             ref = ref_series[i] if i < len(ref_series) else math.nan
             rtol, atol = limits.step_tolerance(name, i + 1)
-            checks.append(Check(f"{label} rel diff", value, rel_limit(rtol, atol, ref), step=i + 1, lane="rel",
+            step_limits.append(rel_limit(rtol, atol, ref))
+            checks.append(Check(f"{label} rel diff", value, step_limits[-1], step=i + 1, lane="rel",
                                 note=f"rtol {rtol:.3g} + atol {atol:.3g}/|ref {ref:.3g}|" if atol else ""))
-        if baseline is not None:  # shown, not judged: one step's error is one draw (docs/tolerances.md)
-            metrics[f"{name}_rel_baseline"] = list(series_rel_diff([getattr(s, name) for s in baseline.steps],
-                                                                   ref_series).per_step)
+        metrics[f"{name}_rel_limit"] = step_limits
+        if baseline is not None:  # one step's error is one draw: judged only as medians over windows, opt-in
+            base_series = list(series_rel_diff([getattr(s, name) for s in baseline.steps], ref_series).per_step)
+            metrics[f"{name}_rel_baseline"] = base_series
+            windowed, metrics[f"{name}_rel_ratio_windowed"] = step_ratio_checks(name, list(series.per_step),
+                                                                                base_series, limits)
+            checks += windowed
     metrics["logprob_max_abs"] = worst(metrics[k]["max_abs"] for k in ("logprobs_before", "logprobs_after"))
     metrics["logprob_mean_abs"] = worst(metrics[k]["mean_abs"] for k in ("logprobs_before", "logprobs_after"))
     return checks, metrics

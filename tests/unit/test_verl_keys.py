@@ -127,3 +127,48 @@ def test_without_verl_the_rows_skip_naming_what_is_missing(monkeypatch):
 
     scenario = next(iter(load_file(REPO / "scenarios" / "verl.yaml")))
     assert "verl is not installed" in (skip_reason(scenario) or "")
+
+
+def test_the_schedule_keys_restate_the_workloads_schedule():
+    """verl's warmup and decay keys set the workload's schedule (the reference follows it), or are written from it;
+    at their defaults (verl's too) they stay out of the verl tree, so rows that predate them keep their hash."""
+    out, problems = prepare({"actor_rollout_ref": {"actor": {"optim": {"lr_warmup_steps": 3,
+                                                                       "lr_scheduler_type": "cosine",
+                                                                       "min_lr_ratio": 0.1}}}}, FSDP)
+    assert problems == []
+    assert out["workload"] | {} == {"lr_warmup_steps": 3, "lr_scheduler_type": "cosine", "min_lr_ratio": 0.1}
+    written, _ = prepare({"workload": {"lr_warmup_steps_ratio": 0.2}, "actor_rollout_ref": {}}, FSDP)
+    assert written["actor_rollout_ref"]["actor.optim.lr_warmup_steps_ratio"] == 0.2
+    assert "actor.optim.lr_scheduler_type" not in written["actor_rollout_ref"]
+    plain, _ = prepare({"actor_rollout_ref": {}}, FSDP)
+    assert not [key for key in plain["actor_rollout_ref"] if "warmup" in key or "scheduler" in key]
+    _, disagree = prepare({"workload": {"lr_scheduler_type": "linear"},
+                           "actor_rollout_ref": {"actor": {"optim": {"lr_scheduler_type": "cosine"}}}}, FSDP)
+    assert disagree and "disagrees with the scenario's workload.lr_scheduler_type" in disagree[0][1]
+
+
+def test_megatrons_min_lr_is_the_workloads_ratio_times_lr():
+    from parity.engines.verl.rules import prepare_megatron
+
+    out, problems = prepare_megatron({"workload": {"lr": 2e-4, "lr_scheduler_type": "cosine", "min_lr_ratio": 0.1},
+                                      "actor_rollout_ref": {}})
+    assert problems == [] and out["actor_rollout_ref"]["actor.optim.min_lr"] == pytest.approx(2e-5)
+    assert out["actor_rollout_ref"]["actor.optim.lr_decay_style"] == "cosine"
+    given, problems = prepare_megatron({"workload": {"lr_scheduler_type": "cosine"},
+                                        "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-3, "min_lr": 1e-4}}}})
+    assert problems == [] and given["workload"]["min_lr_ratio"] == pytest.approx(0.1)
+    _, problems = prepare_megatron({"workload": {"lr_scheduler_type": "cosine", "min_lr_ratio": 0.5},
+                                    "actor_rollout_ref": {"actor": {"optim": {"min_lr": 1e-6}}}})
+    assert problems and problems[0][0] == "actor_rollout_ref.actor.optim.min_lr"
+
+
+@pytest.mark.parametrize("strategy, exempt, ok", [("verl_fsdp", "none", True),
+                                                  ("verl_fsdp", "biases_and_norms", False)])
+def test_weight_decay_groups_must_be_the_engines(write_yaml, strategy, exempt, ok):
+    """verl's FSDP engine decays every parameter: a scenario asking it to exempt norms is bad input, naming the key."""
+    from parity.harness.config.validate import layout_errors
+
+    body = f"            workload: {{weight_decay: 0.1, weight_decay_exempt: {exempt}}}"
+    _, (scenario,) = _scenario(write_yaml, body, strategy)
+    problems = [key for key, _ in layout_errors(scenario)]
+    assert ("workload.weight_decay_exempt" not in problems) is ok, problems

@@ -71,3 +71,23 @@ def test_environment_check_of_a_spec_skips_when_its_requirements_are_met(monkeyp
 
 def _bad_pairing() -> str:
     return "known-bad pairing: a 1.0 with b 2.0"
+
+
+def test_resume_and_convert_come_from_the_spec(monkeypatch):
+    """An engine whose spec does not say its checkpoint can resume / convert gets such a row as bad input; the layout
+    a resume continues on is validated as a layout of its own."""
+    resumed = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2}, workload={"steps": 3},
+                       resume={"after": 1}, convert=True)
+    assert keys(resumed) == []
+    monkeypatch.setitem(registry.SPECS, "fsdp2", dataclasses.replace(registry.SPECS["fsdp2"], checkpoints=()))
+    assert keys(resumed) == ["resume", "convert"]
+    moved = Scenario(model="tiny-qwen3", strategy="megatron", layout={"tp": 2}, workload={"steps": 3},
+                     resume={"after": 1, "layout": {"tp": 4}})
+    assert keys(moved) == ["resume.layout.tp"]
+
+
+@pytest.mark.parametrize("resume, message", [({"after": 3}, "must be before the last step"),
+                                             ({"after": 1, "layout": {"dp": 2, "nodes": 2}}, "nodes")])
+def test_a_resume_the_run_cannot_take_is_refused(resume, message):
+    with pytest.raises(ValueError, match=message):
+        Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2}, workload={"steps": 3}, resume=resume)

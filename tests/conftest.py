@@ -108,6 +108,15 @@ def runner(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Runner:
                          load_file(REPO / "scenarios" / "cpu.yaml"))
 
 
+@pytest.fixture(scope="session")
+def verl_runner(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Runner:
+    """The verl tests' Runner, planned with the verl rows: its forkserver preloads what the verl lane's scenario
+    items already had it preload (verl's import costs a process seconds), so no test restarts it."""
+    return SessionRunner(RunOptions(out_dir=tmp_path_factory.mktemp("verl-out"), cache_dir=cache_dir),
+                         [*load_file(REPO / "scenarios" / "verl.yaml"),
+                          *load_file(REPO / "scenarios" / "verl_megatron.yaml")])
+
+
 @pytest.fixture
 def write_yaml(tmp_path: Path):
     def write(text: str, name: str = "scenarios.yaml") -> Path:

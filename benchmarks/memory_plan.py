@@ -25,6 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from parity.harness.config.paths import RECORD, RECORDS
+
 REPO = Path(__file__).resolve().parents[1]
 #: big enough that states and activations dwarf allocator noise, small enough for a 2-core box
 QWEN3_21M = {"vocab_size": 8192, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 4,
@@ -154,7 +156,7 @@ def main() -> int:
                           cwd=REPO, env=env, check=False)
     if proc.returncode not in (0, 1):
         return proc.returncode
-    records = {p.parent.name: json.loads(p.read_text()) for p in (out / "records").glob("*/record.json")}
+    records = {p.parent.name: json.loads(p.read_text()) for p in (out / RECORDS).glob(f"*/{RECORD}")}
     config = json.loads((checkpoint / "config.json").read_text())
     rows, worst = [], 0.0
     for name, (_, strategy, layout, workload, kwargs) in chosen.items():

@@ -11,9 +11,10 @@ from pathlib import Path
 from tabulate import tabulate
 
 from parity.harness.config.errors import ScenarioError
+from parity.harness.config.paths import slug
 from parity.harness.config.selection import check_runnable, scenario_files, select
 from parity.harness.config.validate import skip_reason
-from parity.harness.options import RunOptions, slug, writable_out_dir
+from parity.harness.options import RunOptions, writable_out_dir
 
 # parity.harness.judge.golden and the runner import torch: each command imports what it uses (`parity --help`
 # and a bad argument exit without it)

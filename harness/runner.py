@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from parity.harness.config import devices
+from parity.harness.config import devices, paths
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
@@ -29,7 +29,7 @@ from parity.harness.judge.reference import (
     run_identity,
 )
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, scenario_info, skipped
-from parity.harness.options import RunOptions, slug
+from parity.harness.options import RunOptions
 from parity.harness.run import ref_cache
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
 from parity.harness.run.launch import ForkedLauncher, Interrupted, LaunchResult, TorchrunLauncher, interrupt_on_signals
@@ -194,13 +194,13 @@ class Runner:
         key = cache_key(run)
         if key in self._references:
             return self._references[key]
-        directory = self.options.cache_dir / "refs" / f"{slug(run.id)}-{key}"
+        directory = paths.reference_dir(self.options.cache_dir, run.id, key)
         record = ref_cache.get_or_compute(directory, lambda where: self.execute(run, f"{kind}:{run.id}", where))
         self._references[key] = record
         return record
 
     def _record_dir(self, scenario: Scenario) -> Path:
-        return self.options.out_dir / "records" / slug(scenario.id)
+        return paths.record_dir(self.options.out_dir, scenario.id)
 
     def _job(self, scenario: Scenario, run_id: str, record_dir: Path) -> RunJob:
         return RunJob(run_id=run_id, scenario=scenario.model_dump(mode="json"), record_dir=str(record_dir),
@@ -212,11 +212,11 @@ class Runner:
 
     def execute(self, scenario: Scenario, run_id: str, record_dir: Path) -> RunRecord:
         """Launch one run and collect its RunRecord (a failed one when the ranks did not finish)."""
-        for stale in ("record.json", "tensors.safetensors"):
+        for stale in paths.RECORD_FILES:
             (record_dir / stale).unlink(missing_ok=True)
         started = time.perf_counter()
         result = self._launch(self._job(scenario, run_id, record_dir), scenario)
-        if result.status == "ok" and (record_dir / "record.json").is_file():
+        if result.status == "ok" and (record_dir / paths.RECORD).is_file():
             record = RunRecord.load(record_dir)
         elif result.status == "ok":
             record = RunRecord.failed(run_id, scenario.content_hash(), "error", "ranks exited 0 without a record")

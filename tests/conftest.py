@@ -51,7 +51,7 @@ ITEM_RUNS: dict[str, tuple[Verdict, Path]] = {}
 
 @pytest.hookimpl(trylast=True)  # after the parity plugin has set up its session
 def pytest_configure(config: pytest.Config) -> None:
-    from parity.harness.options import slug
+    from parity.harness.config.paths import record_dir
     from parity.harness.pytest_plugin import SESSION
 
     if SESSION not in config.stash:  # `-p no:parity` (the emulated op cases' own process)
@@ -61,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     def run_and_keep(scenario: Scenario) -> Verdict:
         verdict = run(scenario)
-        ITEM_RUNS[_run_key(scenario)] = (verdict, session.options.out_dir / "records" / slug(scenario.id))
+        ITEM_RUNS[_run_key(scenario)] = (verdict, record_dir(session.options.out_dir, scenario.id))
         return verdict
 
     session.run = run_and_keep

@@ -27,6 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from parity.harness.config.paths import JOB
 from parity.harness.contract.schema import Layout
 from parity.harness.run.deaths import Ending, describe, finished, rank_deaths
 from parity.harness.run.worker import RunJob, die_with_parent, exit_after, run_rank
@@ -352,7 +353,7 @@ class TorchrunLauncher:
 
     def launch(self, job: RunJob, layout: Layout, timeout_s: float) -> LaunchResult:
         record_dir = _fresh_record_dir(job)
-        job_file = record_dir / "job.json"
+        job_file = record_dir / JOB
         job.to_file(job_file)
         port = self.master_port or free_port()
         commands = torchrun_commands(layout, job_file, self.master_addr, port, job.run_id.replace("/", "_"))

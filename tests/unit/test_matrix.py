@@ -55,7 +55,7 @@ def test_shipped_scenario_files_load_with_unique_ids():
 def test_every_golden_the_nightly_names_is_one_goldens_yaml_records():
     """goldens.yml records scenarios/goldens.yaml into directories named by scenario id; a reference that names
     anything else would be a golden nobody makes."""
-    from parity.harness.runner import slug
+    from parity.harness.config.paths import slug
 
     recorded = {slug(s.id) for s in load_files([REPO / "scenarios" / "goldens.yaml"])}
     named = {s.reference.removeprefix("golden:$PARITY_GOLDEN_DIR/") for s in

@@ -4,7 +4,6 @@ reviewer can check an Ascend job before it spends runner hours."""
 
 from __future__ import annotations
 
-import argparse
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +11,6 @@ from pathlib import Path
 from parity.harness.config import paths
 from parity.harness.config.devices import DEVICE_KINDS
 from parity.harness.config.memory import plan_for
-from parity.harness.config.selection import scenario_files, select
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.run.launch import torchrun_commands
@@ -70,20 +68,3 @@ def render(scenario: Scenario, plans: list[NodePlan]) -> str:
         lines.append(f"  here: would SKIP ({reason})")
     return "\n".join(lines)
 
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    for scenario in select(scenario_files(args.files), args.k, args.device):
-        plans = plan_scenario(scenario, scenario.source or "", Path(args.out), args.master_addr, args.master_port)
-        print(render(scenario, plans))
-    return 0
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("plan", help="print what each scenario would launch, without running it")
-    parser.add_argument("files", nargs="*")
-    parser.add_argument("-k")
-    parser.add_argument("--device", choices=["cpu", "cuda", "npu"])
-    parser.add_argument("--out", default=str(paths.OUT))
-    parser.add_argument("--master-addr", default="$MASTER_ADDR", help="node 0's address (default: a placeholder)")
-    parser.add_argument("--master-port", type=int, default=PLACEHOLDER_PORT)
-    parser.set_defaults(func=cmd_plan)

@@ -1,7 +1,7 @@
 """Run scenarios: skip what cannot run here, compute (or reuse) references, launch the candidate, judge.
 
-The runner returns Verdicts through a callback as each scenario finishes; it renders nothing itself.
-One scenario's crash, hang or NaN becomes that scenario's ERROR/FAIL and never stops the others.
+The runner returns one scenario's Verdict at a time (harness/session.py runs a selection); it renders nothing
+itself. One scenario's crash, hang or NaN becomes that scenario's ERROR/FAIL and never stops the others.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from parity.harness.judge.verdict import Verdict, errored, failed, judge, scenar
 from parity.harness.options import RunOptions
 from parity.harness.run import ref_cache
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
-from parity.harness.run.launch import ForkedLauncher, Interrupted, LaunchResult, TorchrunLauncher, interrupt_on_signals
+from parity.harness.run.launch import ForkedLauncher, LaunchResult, TorchrunLauncher
 from parity.harness.run.preload import forkserver_preload
 from parity.harness.run.records import RunRecord
 from parity.harness.run.worker import RunJob
@@ -84,26 +84,6 @@ class Runner:
         self._references: dict[str, RunRecord] = {}
         self._commit = harness_commit()
         self._history = load_history(options.history)
-
-    def run(self, scenarios: Iterable[Scenario], on_result: Callable[[Verdict], None] | None = None) -> list[Verdict]:
-        verdicts = []
-        with interrupt_on_signals():
-            for scenario in scenarios:
-                try:
-                    verdict = self.run_scenario(scenario)
-                except Interrupted as exc:  # the launcher killed the ranks on the way out: record, clean up, stop
-                    if on_result:
-                        on_result(failed(scenario, "running", exc))
-                    self.close()
-                    raise
-                if on_result:
-                    try:
-                        on_result(verdict)
-                    except Exception as exc:  # a report that cannot be written is that scenario's ERROR
-                        verdict = failed(scenario, "reporting", exc)
-                        on_result(verdict)
-                verdicts.append(verdict)
-        return verdicts
 
     def close(self) -> None:
         """Stop the warm forkserver (a later run starts a new one)."""

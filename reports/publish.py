@@ -1,4 +1,4 @@
-"""Everything that happens once a run ends, shared by the CLI and the pytest plugin."""
+"""Everything that happens once a run ends (harness/session.py publishes through it; `parity report` too)."""
 
 from __future__ import annotations
 

@@ -36,35 +36,6 @@ LaunchStatus = Literal["ok", "error", "timeout"]
 POLL_S = 0.02
 
 
-class Interrupted(BaseException):
-    """SIGTERM / SIGINT reached the harness. A BaseException, so per-scenario isolation (`except Exception`) does
-    not swallow it: the launchers' `finally` kill the ranks, the runner records the scenario and stops."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def interrupt_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGINT into `Interrupted` in the main thread for the duration (no-op elsewhere)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 @dataclass(frozen=True, slots=True)
 class LaunchResult:
     status: LaunchStatus

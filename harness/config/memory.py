@@ -238,7 +238,7 @@ def _rank_share(scenario: Scenario, dims: ModelDims, traits: MemoryTraits, first
     lay = scenario.layout
     layers_here = -(-dims.layers // lay.pp)
     ends = dims.embedding + dims.head if lay.pp == 1 else dims.embedding if first_stage else dims.head
-    if traits.sharding == "megatron":
+    if traits.sharding == "model_parallel":
         etp = lay.etp if lay.ep > 1 else lay.tp
         dense = (layers_here * dims.dense_per_layer + ends) // lay.tp
         experts = layers_here * dims.experts_per_layer // (lay.ep * etp)
@@ -280,7 +280,7 @@ class _Recompute:
 
 
 def _recompute(scenario: Scenario, traits: MemoryTraits) -> _Recompute:
-    if traits.sharding == "megatron":
+    if traits.sharding == "model_parallel":
         kw = scenario.mcore_kwargs
         granularity, method = kw.get("recompute_granularity"), kw.get("recompute_method")
         layers = int(kw.get("recompute_num_layers") or 1)
@@ -362,7 +362,7 @@ def _activations(scenario: Scenario, dims: ModelDims, traits: MemoryTraits, shar
     act_bytes = WEIGHT_BYTES[scenario.dtype]
     recompute = _recompute(scenario, traits)
     on_cpu = scenario.device == "cpu"
-    materialised = on_cpu and traits.sharding == "megatron"  # Megatron's local attention on CPU
+    materialised = on_cpu and traits.cpu_attention_matrix
     per_layer, layer_input = _layer_elements(dims, scenario, wl.seq_len // lay.cp, materialised)
     if on_cpu:
         per_layer *= traits.cpu_layer_factor

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create a fresh venv at $1 and install the CPU test stack into it: the same pins as the README's commands
-#   pip install torch==2.13.0 && pip install -e ".[dev,megatron]" -c ci/constraints-cpu.txt
+#   pip install -r ci/torch.txt && pip install -e ".[dev,megatron]" -c ci/constraints-cpu.txt
 # with uv doing both steps (CI only; see below).
 # $2 and on (optional): another constraints file and what to install with it, for a lane's own stack, e.g.
 #   ci/install_cpu.sh DIR ci/constraints-megatron012.txt -e . megatron-core     (megatron-core 0.12.1)
@@ -36,9 +36,9 @@ else
     torch_source+=(--find-links "$links")
   done
 fi
-uv pip install --python "$venv/bin/python" "${uv_compile[@]}" torch==2.13.0 "${torch_source[@]}"
-# then the rest, pinned like everything else; the torch just installed satisfies the constraints' torch==2.13.0
-# (2.13.0+cpu: PEP 440 ignores the local label), so uv leaves it alone
+uv pip install --python "$venv/bin/python" "${uv_compile[@]}" -r ci/torch.txt "${torch_source[@]}"
+# then the rest, pinned like everything else; the torch just installed satisfies the constraints' pin (the same
+# file; 2.13.0+cpu: PEP 440 ignores the local label), so uv leaves it alone
 uv pip install --python "$venv/bin/python" "${uv_compile[@]}" "${targets[@]}" -c "$constraints"
 # what this lane tests, by version (the verl lane's transformers differs from the default lane's)
 python -c 'import importlib.metadata as m, sys

@@ -128,11 +128,11 @@ def _scenario_files(config: pytest.Config) -> list[Path]:
 
 def _start_forkserver_for_files(config: pytest.Config, session: Session) -> None:
     """Start the forkserver before collection, for every row of the session's scenario files: collecting the test
-    modules keeps one core busy for ~7-15 s while the other idles, and the server's imports (torch, transformers,
-    megatron: ~6-13 s of CPU) fit there. At collection finish the selected rows ask for a subset of that preload,
-    which the running server serves (launch's reuse rule); a selection it cannot serve (the server holds what a
-    selected engine must patch first) restarts it with the right preload, as any launch would. Bad files are left
-    to collection, which names them."""
+    modules keeps one core busy while the other idles, and the server's imports (torch, transformers, megatron) fit
+    there. At collection finish the selected rows ask for a subset of that preload, which the running server
+    serves (launch's reuse rule); a selection it cannot serve (the server holds what a selected engine must patch
+    first) restarts it with the right preload, as any launch would. Bad files are left to collection, which names
+    them."""
     try:
         scenarios = with_device([s for f in _scenario_files(config) for s in load_file(f)],
                                 config.getoption("parity_device"))

@@ -36,7 +36,7 @@ def _png(fig: Any, close: bool = True) -> str:
 
 class _ScenarioCanvas:
     """The 1 x 3 scenario figure, built once per process and redrawn for each result: building the axes and their
-    ticks was a quarter of every figure's ~0.18 s (a page draws one per scenario)."""
+    ticks is a good part of drawing a figure (a page draws one per scenario)."""
 
     def __init__(self) -> None:
         self.fig, self.axes = plt.subplots(1, 3, figsize=(11, 2.6))
@@ -120,13 +120,13 @@ def trend_figure(run_id: str, labels: list[str], series: dict[str, list[float | 
     return _png(fig)
 
 
-#: below this many figures a worker process costs more (its matplotlib import ~0.6 s) than it saves (~0.2 s each)
+#: below this many figures a worker process costs more (its own matplotlib import) than it saves
 PARALLEL_MIN = 12
 
 
 def scenario_figures(results: list[dict[str, Any]], workers: int | None = None) -> list[str | None]:
     """`scenario_figure` of every result, in order. Many figures are drawn by worker processes (one per CPU, at
-    most 8): text layout dominates a figure (~0.2 s), so a 75-scenario page took 15 s in one process. The workers
+    most 8): text layout dominates a figure, so a page of the default matrix is slow in one process. The workers
     are plain `python -m parity.reports.plots` subprocesses fed JSON (no multiprocessing: it would re-import the
     caller's __main__); a worker that fails leaves its share to this process."""
     workers = min(workers or os.cpu_count() or 1, 8, max(1, len(results) // (PARALLEL_MIN // 2)))

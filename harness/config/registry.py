@@ -110,8 +110,8 @@ def preload_modules(specs: list[EngineSpec], models: Iterable[str] = ()) -> list
     """Modules the forkserver imports once for these engines. A spec whose preload touches a module another
     planned engine must import itself first (MindSpeed patches megatron before megatron is imported) is left
     out whole; so is one whose requirements are missing here. Where transformers is preloaded and no planned
-    engine patches while loading, the planned models' modeling modules come too (importing them costs each rank
-    ~2 s of a tiny scenario's ~5; a module that does not import is skipped by the forkserver), and so does
+    engine patches while loading, the planned models' modeling modules come too (otherwise each rank imports
+    them, a large share of a tiny scenario; a module that does not import is skipped by the forkserver), and so does
     transformers' checkpoint conversion table (engines/transformers_warm.py)."""
     excluded = preload_excludes(specs)
     modules: list[str] = []

@@ -1,6 +1,6 @@
 """The pytest plugin, driven through pytester as a user's `pytest -m nightly` would be: in this process (a nested
-session costs ~0.3 s, a pytest process ~1.5 s before it collects anything); pytest as a process, signalled
-mid-scenario, is tested by test_signals."""
+session is far cheaper than a pytest process, which imports everything before it collects anything); pytest as a
+process, signalled mid-scenario, is tested by test_signals."""
 
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatc
         started.append((preload, len(collected), launch._server[0]))
 
     monkeypatch.setattr(session_module, "start_forkserver", start)
-    # the nested session runs its scenarios on this session's warm forkserver (a pytest process spends ~6 s
-    # starting one)
+    # the nested session runs its scenarios on this session's warm forkserver (a pytest process would start its
+    # own)
     result = pytester.runpytest_inprocess("-m", "nightly", f"--junitxml={junit}", "--parity-out=out")
     result.assert_outcomes(passed=1, failed=1, skipped=2)
     result.stdout.fnmatch_lines([

@@ -14,7 +14,8 @@ def _raised(record_dir, rank: int, at: float, message: str) -> None:
 
 
 def test_a_silent_death_seen_just_after_a_peers_exception_is_the_cause(tmp_path):
-    """The launcher sees rank 1's SIGSEGV 3 ms after rank 0 recorded 'Connection reset by peer' (its view lags)."""
+    """The launcher sees rank 1's SIGSEGV milliseconds after rank 0 recorded 'Connection reset by peer' (its view
+    lags)."""
     _raised(tmp_path, 0, T, "RuntimeError: Connection reset by peer")
     deaths = rank_deaths(tmp_path, 2, {0: Ending(T + 0.004, 1), 1: Ending(T + 0.003, -signal.SIGSEGV)})
     assert [(d.rank, d.kind) for d in deaths] == [(1, "signal"), (0, "exception")]

@@ -13,6 +13,8 @@ from parity.harness.contract.schema import Scenario
 from parity.harness.options import RunOptions
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.torch_free
+
 HEAVY = ("torch", "matplotlib")
 PROBE = """
 import json, sys

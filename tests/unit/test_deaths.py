@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from parity.harness.run.deaths import Death, Ending, describe, done_marker, failure_marker, rank_deaths
+
+pytestmark = pytest.mark.torch_free
 
 T = 1_000_000.0
 
@@ -53,6 +57,7 @@ def test_ranks_the_launcher_killed_itself_are_not_deaths(tmp_path):
 def test_torchrun_s_own_failure_report_names_the_signal_and_the_workers_it_closed(tmp_path):
     """A torchrun worker is not the harness's child: its exit code comes from torchrun's report (rendered here by
     torch's own ChildFailedError), and the workers torchrun closes after the failure are not blamed."""
+    pytest.importorskip("torch", reason="renders torch's own error (the Python 3.10 lane has no torch)")
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
     from parity.harness.run.launch import _RankWatch

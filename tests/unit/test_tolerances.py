@@ -9,6 +9,8 @@ import pytest
 from parity.harness.contract.schema import Tolerance
 from parity.harness.judge.tolerances import DEFAULTS, FP32, Limits, limits_for
 
+pytestmark = pytest.mark.torch_free
+
 
 @pytest.mark.parametrize("dtype", sorted(DEFAULTS))
 @pytest.mark.parametrize("name", sorted(Tolerance.model_fields))

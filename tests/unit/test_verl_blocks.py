@@ -20,6 +20,8 @@ from parity.harness.config.verl_config import FAMILIES, _rule, translate
 from parity.harness.contract.config_tree import flatten
 from tests.conftest import DATA
 
+pytestmark = pytest.mark.torch_free
+
 GENERATED = yaml.safe_load((DATA / "verl" / "generated_blocks.yaml").read_text())
 WHERE = {"file": "f.yaml", "scenario": "s"}
 

@@ -14,6 +14,8 @@ from parity.harness.config.errors import ScenarioError
 from parity.harness.config.matrix import load_file
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.torch_free
+
 needs_verl = pytest.mark.skipif(source.problem() is not None, reason=f"verl lane only: {source.problem()}")
 
 

@@ -94,6 +94,7 @@ def test_every_fault_has_a_clean_twin() -> None:
     """The fault tests mean something only next to a PASS of the same scenario without the fault."""
     matrix = {s.id: s for s in load_file(REPO / "scenarios" / "cpu.yaml") if "pr" in s.marks}
     clean = {s.id: s for s in CLEAN} | matrix
+    assert FAULTS and matrix
     for faulted, _ in FAULTS:
         twin = faulted.model_copy(update={"faults": ()})
         assert twin.id in clean, f"{faulted.id}: no clean twin {twin.id}"

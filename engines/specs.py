@@ -84,9 +84,9 @@ MEGATRON = EngineSpec(
 #: what the MindSpeed engines' forkserver may import before MindSpeed patches: torch_npu imports torch's FSDP, FSDP2
 #: and DTensor modules itself at import, to patch them (torch_npu/distributed/__init__.py, _apply_distributed_patch),
 #: and torch._dynamo (torch_npu/utils/_dynamo.py, add_dynamo_methods), so they are in sys.modules when MindSpeed's
-#: adaptor patches in any case; imported in each rank they cost ~2.7 s and ~0.7 s of a tiny emulated-lane row's ~10.
-#: AutoConfig's module holds config classes only (~0.45 s a rank; MindSpeed's torch adaptor patches nothing in
-#: transformers, only its MindSpore one does: mindspeed/mindspore/mindspore_adaptor.py). Megatron and MindSpeed stay
+#: adaptor patches in any case; imported in each rank they would be a large share of a tiny emulated-lane row.
+#: AutoConfig's module holds config classes only (MindSpeed's torch adaptor patches nothing in transformers, only
+#: its MindSpore one does: mindspeed/mindspore/mindspore_adaptor.py). Megatron and MindSpeed stay
 #: out (preload_excludes), and so do the HF modeling modules (registries built at import would keep functions
 #: MindSpeed replaces later). Nothing here touches a device: the server forks ranks that open the NPU themselves.
 MINDSPEED_PRELOAD = ("transformers", "transformers.models.auto.configuration_auto", "torch.distributed.fsdp",

@@ -16,8 +16,9 @@ Two peaks, the larger counts:
 
 What a layer saves is counted per tensor for a decoder layer with GQA, RMSNorm and a SwiGLU (or top-k routed
 SwiGLU experts) MLP, flash attention on an accelerator (no s x s term) and, on CPU, the engine's own path
-(MemoryTraits.cpu_layer_factor; Megatron's local attention materialises the attention matrix); Korthikanti et
-al. 2022 ("Reducing Activation Recomputation in Large Transformer Models") give the SP / TP / pipeline rules.
+(MemoryTraits.cpu_layer_factor, and cpu_attention_matrix for one that materialises the attention matrix: Megatron's
+local attention); Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models") give
+the SP / TP / pipeline rules.
 Workspace, fragmentation, communication buffers and the framework's own context (~1-3 GB per NPU) come on top, so
 a plan above FIT_FRACTION of HBM is flagged. docs/ascend.md has the CPU measurements it was checked against
 (benchmarks/memory_plan.py).

@@ -44,6 +44,9 @@ MARKERS = {
     "emulated_npu": "the real MindSpeed source under the emulated torch_npu (needs PARITY_MINDSPEED_SRC)",
 }
 
+SESSION = pytest.StashKey[Session]()
+"""The pytest session's parity Session (config.stash)."""
+
 
 def _session(config: pytest.Config) -> Session:
     """The session's parity Session. Under pytest-xdist each worker writes its own shard (OUT/gw0, ...) and the
@@ -88,8 +91,6 @@ def _publish(config: pytest.Config, terminal: Any) -> None:
         terminal.write_sep("=", "parity summary")
         terminal.write(buffer.getvalue())
 
-
-SESSION = pytest.StashKey[Session]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from parity.harness.config.paths import RESULTS
 from parity.reports import results as results_file
 
 _LAYER = re.compile(r"^layer \d+ \S+ grad norm")
@@ -23,7 +24,7 @@ def family(metric: str) -> str:
 
 def results(paths: list[Path]) -> Iterator[dict]:
     for path in paths:
-        yield from results_file.read(path / results_file.RESULTS if path.is_dir() else path)
+        yield from results_file.read(path / RESULTS if path.is_dir() else path)
 
 
 def checks_by_family(result: dict) -> dict[str, list[tuple[float, float]]]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch.multiprocessing as mp
 
+from parity.harness.config.paths import RESULTS
 from parity.harness.run.launch import free_port
 from parity.reports import results as results_file
 
@@ -58,7 +59,7 @@ def matrix_run(bind: str, select: str, out: Path, cache: Path) -> tuple[float, f
     subprocess.run([sys.executable, "-m", "parity.harness.cli", "run", "scenarios/cpu.yaml", "-k", select, "--out",
                     str(out), "--cache-dir", str(cache)], cwd=REPO, check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, "PARITY_CPU_BIND": bind})
-    metrics = [r["metrics"] for r in results_file.read(out / results_file.RESULTS)]
+    metrics = [r["metrics"] for r in results_file.read(out / RESULTS)]
     return (sum(m.get("wall_time_s", 0) for m in metrics), sum(m.get("compute_time_s", 0) for m in metrics),
             len(metrics))
 

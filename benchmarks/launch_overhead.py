@@ -13,16 +13,21 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from parity.harness.contract.schema import Scenario
 from parity.harness.runner import Runner, RunOptions
+
+ROW = "{model: tiny-qwen3, strategy: fsdp2}"
+"""The scenario measured (its layout and workload set below), as a scenarios/*.yaml row."""
 
 
 def measure(launcher: str, runs: int, world: int, cache: Path) -> list[tuple[float, float]]:
     runner = Runner(RunOptions(out_dir=Path(tempfile.mkdtemp()), cache_dir=cache, launcher=launcher))
     figures = []
     for seed in range(runs):
-        scenario = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": world},
-                            workload={"seed": seed, "batch_size": 2 * world})
+        scenario = Scenario.model_validate({**yaml.safe_load(ROW), "layout": {"dp": world},
+                                            "workload": {"seed": seed, "batch_size": 2 * world}})
         record = runner.execute(scenario, f"bench-{launcher}-{seed}", runner.options.out_dir / str(seed))
         if not record.ok:
             raise SystemExit(f"{launcher} run {seed} failed: {record.error}\n{record.log_tail}")

@@ -21,7 +21,7 @@ from typing import Any
 from safetensors.torch import load_file
 from tabulate import tabulate
 
-from parity.harness.runner import slug
+from parity.harness.config.paths import TENSORS, record_dir
 from parity.reports import results as results_file
 
 
@@ -64,8 +64,7 @@ def compare(first: Path, second: Path) -> tuple[list[list[Any]], float]:
         series_a, series_b = ma.get("series", {}), mb.get("series", {})
         loss = largest_gap(series_a.get("loss"), series_b.get("loss"))
         gnorm = largest_gap(series_a.get("grad_norm"), series_b.get("grad_norm"))
-        tensors = tensor_gap(first.parent / "records" / slug(run_id) / "tensors.safetensors",
-                             second.parent / "records" / slug(run_id) / "tensors.safetensors")
+        tensors = tensor_gap(record_dir(first.parent, run_id) / TENSORS, record_dir(second.parent, run_id) / TENSORS)
         gaps = [g for g in (logp, loss, gnorm, tensors) if g is not None]
         row_worst = max(gaps, default=0.0)
         if not row_worst <= worst:  # a nan gap wins too

@@ -25,27 +25,31 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from parity.harness.config.paths import RECORD, RECORDS
+
 REPO = Path(__file__).resolve().parents[1]
 #: big enough that states and activations dwarf allocator noise, small enough for a 2-core box
 QWEN3_21M = {"vocab_size": 8192, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 4,
              "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "tie_word_embeddings": False,
              "max_position_embeddings": 1024, "model_type": "qwen3"}
-#: name -> (wrapped engine, built-in strategy, layout, workload, kwargs)
-LAYOUTS: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], dict[str, Any]]] = {
-    "hf single": ("MeasuredHF", "hf", {}, {"batch_size": 32, "prompt_len": 32, "response_len": 32}, {}),
-    "fsdp2 dp2": ("MeasuredFSDP2", "fsdp2", {"dp": 2}, {"batch_size": 32, "prompt_len": 32, "response_len": 32}, {}),
-    "megatron tp2, 4 micro-batches": (
-        "MeasuredMegatron", "megatron", {"tp": 2}, {"batch_size": 32, "prompt_len": 64, "response_len": 64},
-        {"mcore_kwargs": {"micro_batch_size": 8}}),
-    "megatron pp2, 1F1B, 4 micro-batches": (
-        "MeasuredMegatron", "megatron", {"pp": 2}, {"batch_size": 32, "prompt_len": 64, "response_len": 64},
-        {"mcore_kwargs": {"micro_batch_size": 8}}),
-    "megatron tp2-sp, full recompute": (
-        "MeasuredMegatron", "megatron", {"tp": 2, "sequence_parallel": True},
-        {"batch_size": 32, "prompt_len": 64, "response_len": 64},
-        {"mcore_kwargs": {"micro_batch_size": 32, "recompute_granularity": "full", "recompute_method": "uniform",
-                          "recompute_num_layers": 1}}),
-}
+#: name -> the row's scenario fields (as in scenarios/*.yaml); each runs its strategy's engine wrapped (Measured_*)
+LAYOUTS: dict[str, dict[str, Any]] = yaml.safe_load("""
+hf single: {strategy: hf, workload: {batch_size: 32, prompt_len: 32, response_len: 32}}
+fsdp2 dp2: {strategy: fsdp2, layout: {dp: 2}, workload: {batch_size: 32, prompt_len: 32, response_len: 32}}
+megatron tp2, 4 micro-batches:
+  {strategy: megatron, layout: {tp: 2}, workload: {batch_size: 32, prompt_len: 64, response_len: 64},
+   mcore_kwargs: {micro_batch_size: 8}}
+megatron pp2, 1F1B, 4 micro-batches:
+  {strategy: megatron, layout: {pp: 2}, workload: {batch_size: 32, prompt_len: 64, response_len: 64},
+   mcore_kwargs: {micro_batch_size: 8}}
+megatron tp2-sp, full recompute:
+  {strategy: megatron, layout: {tp: 2, sequence_parallel: true},
+   workload: {batch_size: 32, prompt_len: 64, response_len: 64},
+   mcore_kwargs: {micro_batch_size: 32, recompute_granularity: full, recompute_method: uniform,
+                  recompute_num_layers: 1}}
+""")
 
 
 def _slug(name: str) -> str:
@@ -100,17 +104,14 @@ def _measured(base: type) -> type:
 
 
 def __getattr__(name: str) -> type:
-    """The wrapped engines, built when a rank imports them (importing this module imports no engine)."""
-    if name == "MeasuredHF":
-        from parity.engines.hf import HFEngine
-        return _measured(HFEngine)
-    if name == "MeasuredFSDP2":
-        from parity.engines.fsdp2 import FSDP2Engine
-        return _measured(FSDP2Engine)
-    if name == "MeasuredMegatron":
-        from parity.engines.megatron import MegatronEngine
-        return _measured(MegatronEngine)
-    raise AttributeError(name)
+    """`Measured_<strategy>`: that built-in engine wrapped, built when a rank imports it (importing this module
+    imports no engine)."""
+    strategy = name.removeprefix("Measured_")
+    if strategy == name:
+        raise AttributeError(name)
+    from parity.harness.config.registry import SPECS, import_path
+
+    return _measured(import_path(SPECS[strategy].engine))
 
 
 def write_checkpoint(directory: Path) -> Path:
@@ -138,9 +139,9 @@ def main() -> int:
 
     checkpoint = write_checkpoint(args.work / "qwen3-21m")
     chosen = {name: row for name, row in LAYOUTS.items() if args.k in name}
-    matrix = [{"engine": f"benchmarks.memory_plan:{engine}", "layout": layout, "workload": {**workload, "steps": 2},
-               "name": _slug(name), **kwargs}
-              for name, (engine, _, layout, workload, kwargs) in chosen.items()]
+    matrix = [{**{k: v for k, v in row.items() if k != "strategy"}, "engine": f"benchmarks.memory_plan:Measured_"
+               f"{row['strategy']}", "workload": {**row["workload"], "steps": 2}, "name": _slug(name)}
+              for name, row in chosen.items()]
     scenarios = args.work / "scenarios.yaml"
     scenarios.write_text(json.dumps({"defaults": {"model": str(checkpoint), "device": "cpu", "dtype": "fp32",
                                                   "timeout": 1200}, "matrix": matrix}))
@@ -154,10 +155,10 @@ def main() -> int:
                           cwd=REPO, env=env, check=False)
     if proc.returncode not in (0, 1):
         return proc.returncode
-    records = {p.parent.name: json.loads(p.read_text()) for p in (out / "records").glob("*/record.json")}
+    records = {p.parent.name: json.loads(p.read_text()) for p in (out / RECORDS).glob(f"*/{RECORD}")}
     config = json.loads((checkpoint / "config.json").read_text())
     rows, worst = [], 0.0
-    for name, (_, strategy, layout, workload, kwargs) in chosen.items():
+    for name, row in chosen.items():
         record = next((r for d, r in records.items() if d.endswith(_slug(name))), None)
         if record is None or "live_peak_per_rank" not in record["provenance"]:
             rows.append((name, "-", "-", "-", "-", "no record"))
@@ -165,8 +166,8 @@ def main() -> int:
             continue
         measured = max(record["provenance"]["live_peak_per_rank"])
         rss = max(record["peak_memory_per_rank"]) - record["provenance"]["rss_at_setup"]
-        plan = estimate(Scenario(model=str(checkpoint), strategy=strategy, layout=layout, device="cpu",
-                                 dtype="fp32", workload={**workload, "steps": 2}, **kwargs), config)
+        plan = estimate(Scenario(model=str(checkpoint), device="cpu", dtype="fp32",
+                                 **{**row, "workload": {**row["workload"], "steps": 2}}), config)
         error = plan.total / measured - 1
         worst = max(worst, abs(error))
         rows.append((name, f"{measured / 1e6:.0f}", f"{plan.total / 1e6:.0f}", f"{error:+.0%}", f"{rss / 1e6:.0f}",

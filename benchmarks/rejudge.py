@@ -18,12 +18,13 @@ from pathlib import Path
 
 from seed_scan import matrix_rows  # benchmarks/ is on sys.path when run as a script
 
+from parity.harness.config.paths import RECORD, slug
 from parity.harness.judge.reference import baseline_scenario
 from parity.harness.judge.tolerances import DEFAULTS
 from parity.harness.judge.verdict import PHASES, judge
 from parity.harness.options import RunOptions
 from parity.harness.run.records import RunRecord
-from parity.harness.runner import Runner, slug
+from parity.harness.runner import Runner
 
 LOWER_BOUNDS = {"log-prob before training max |Δ| (bf16)": DEFAULTS["bf16"].logprob_max_abs_min,
                 "entropy before training max |Δ| (bf16)": DEFAULTS["bf16"].entropy_max_abs_min,
@@ -64,7 +65,7 @@ def main() -> None:
         seed = int(seed_dir.name.removeprefix("seed"))
         for scenario in matrix_rows(args.matrix, args.k, seed):
             record_dir = seed_dir / slug(scenario.id)
-            if not (record_dir / "record.json").is_file():
+            if not (record_dir / RECORD).is_file():
                 continue
             reference = runner._reference(scenario)
             base = baseline_scenario(scenario)

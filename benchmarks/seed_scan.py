@@ -19,12 +19,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import yaml
+
+from parity.harness.config.paths import slug
 from parity.harness.config.selection import select
 from parity.harness.contract.schema import Scenario
 from parity.harness.run.records import RunRecord
-from parity.harness.runner import Runner, RunOptions, slug
+from parity.harness.runner import Runner, RunOptions
 
-LAYOUTS = {"fsdp2": [{"dp": 2}, {"ulysses": 2}], "megatron": [{"tp": 2}, {"pp": 2}]}
+#: the built-in subset: strategy -> its layouts, as scenarios/*.yaml would give them
+LAYOUTS = yaml.safe_load("{fsdp2: [{dp: 2}, {ulysses: 2}], megatron: [{tp: 2}, {pp: 2}]}")
 WORKLOAD = {"batch_size": 4, "prompt_len": 16, "response_len": 16, "steps": 2, "loss": "grpo"}
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create a fresh venv at $1 and install the CPU test stack into it: the same pins as the README's commands
-#   pip install torch==2.13.0 && pip install -e ".[dev,megatron]" -c ci/constraints-cpu.txt
+#   pip install -r ci/torch.txt && pip install -e ".[dev,megatron]" -c ci/constraints-cpu.txt
 # with uv doing both steps (CI only; see below).
 # $2 and on (optional): another constraints file and what to install with it, for a lane's own stack, e.g.
 #   ci/install_cpu.sh DIR ci/constraints-megatron012.txt -e . megatron-core     (megatron-core 0.12.1)
@@ -17,16 +17,16 @@ cd "$(dirname "$0")/.."
 python3 -m venv --clear "$venv"
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
-# Byte-compiling every installed file is ~45 of the ~90 s here (2 cores), and most of torch / transformers /
-# megatron is never imported: skip it when imports may write .pyc (they then compile what they use, once: ~15 s).
+# Byte-compiling every installed file is about half of this install, and most of torch / transformers / megatron
+# is never imported: skip it when imports may write .pyc (they then compile what they use, once).
 # With PYTHONDONTWRITEBYTECODE set (these machines export it; .ci/run unsets it) nothing would ever be cached, so
 # every process would compile from source again: compile at install then.
 compile=()
 uv_compile=()
 if [ -z "${PYTHONDONTWRITEBYTECODE:-}" ]; then compile=(--no-compile); else uv_compile=(--compile-bytecode); fi
 pip install --progress-bar off "${compile[@]}" uv==0.13.9
-# Everything with uv: pip spent ~30 s of CPU resolving and unpacking the ~70 pinned packages on 2 cores, uv ~4 s;
-# and 11 s unpacking torch's wheel, uv 5 s. torch first, from where pip would take it: uv reads no pip
+# Everything with uv, several times faster than pip at resolving and unpacking the pinned packages and torch's
+# wheel on 2 cores. torch first, from where pip would take it: uv reads no pip
 # configuration, so it gets pip's find-links (where these machines keep the CPU wheel) or PARITY_TORCH_INDEX_URL.
 torch_source=()
 if [ -n "${PARITY_TORCH_INDEX_URL:-}" ]; then
@@ -36,9 +36,9 @@ else
     torch_source+=(--find-links "$links")
   done
 fi
-uv pip install --python "$venv/bin/python" "${uv_compile[@]}" torch==2.13.0 "${torch_source[@]}"
-# then the rest, pinned like everything else; the torch just installed satisfies the constraints' torch==2.13.0
-# (2.13.0+cpu: PEP 440 ignores the local label), so uv leaves it alone
+uv pip install --python "$venv/bin/python" "${uv_compile[@]}" -r ci/torch.txt "${torch_source[@]}"
+# then the rest, pinned like everything else; the torch just installed satisfies the constraints' pin (the same
+# file; 2.13.0+cpu: PEP 440 ignores the local label), so uv leaves it alone
 uv pip install --python "$venv/bin/python" "${uv_compile[@]}" "${targets[@]}" -c "$constraints"
 # what this lane tests, by version (the verl lane's transformers differs from the default lane's)
 python -c 'import importlib.metadata as m, sys

@@ -14,12 +14,13 @@ import warnings
 from pathlib import Path
 
 from parity.harness.config.matrix import load_file
+from parity.harness.config.registry import SPECS, import_path
 from parity.harness.run.preload import forkserver_preload
 
 REPO = Path(__file__).resolve().parents[1]
-#: the pytest process itself: the runner and judge (torch), the reports (matplotlib), the Megatron unit tests
-SESSION = ("parity.harness.runner", "parity.reports.publish", "parity.reports.html", "matplotlib.pyplot",
-           "parity.engines.megatron.engine")
+#: the pytest process itself: the runner and judge (torch), the reports (matplotlib); the engines' unit tests
+#: import the engine classes (below)
+SESSION = ("parity.harness.runner", "parity.reports.publish", "parity.reports.html", "matplotlib.pyplot")
 
 
 def main() -> int:
@@ -28,6 +29,10 @@ def main() -> int:
     for module in dict.fromkeys([*SESSION, *ranks]):
         with contextlib.suppress(Exception):
             importlib.import_module(module)
+    for spec in SPECS.values():  # every engine class that can run here, through the registry
+        if not spec.missing():
+            with contextlib.suppress(Exception):
+                import_path(spec.engine)
     print(f"warm_bytecode: imported {len(sys.modules)} modules")
     return 0
 

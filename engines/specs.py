@@ -3,7 +3,16 @@ before it runs anything. Adding a built-in engine = its module + one spec here (
 
 from __future__ import annotations
 
-from parity.harness.contract.spec import LOSS_AGG_MODES, PACKINGS, EngineSpec, MemoryTraits, Requirement
+from parity.harness.contract.spec import (
+    LOSS_AGG_MODES,
+    PACKINGS,
+    Baseline,
+    EngineSpec,
+    MemoryTraits,
+    ReferenceRecipe,
+    Requirement,
+    VerlNames,
+)
 
 #: Megatron settings the scenario's layout owns: kwarg name -> the layout field that sets it. verl's McoreEngineConfig
 #: uses the same names, so `verl:` blocks translate through this table too.
@@ -19,7 +28,8 @@ MEGATRON_LAYOUT_KEYS: dict[str, str] = {
 MEGATRON_DIMS = frozenset({"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel"})
 #: the Megatron engines read only their shard's tensors (engines/megatron/hf_weights.py) and run the schedule over
 #: micro-batches of mcore_kwargs.micro_batch_size rows
-MEGATRON_MEMORY = MemoryTraits(sharding="megatron", load="sharded_read", grad_buffer=True, cpu_layer_factor=1.9,
+MEGATRON_MEMORY = MemoryTraits(sharding="model_parallel", load="sharded_read", grad_buffer=True, cpu_layer_factor=1.9,
+                               cpu_attention_matrix=True,
                                micro_batch_rows="parity.engines.megatron.rules:micro_batch_rows")
 #: transformers models under FSDP2 that every rank loads whole (engines/hf_common.py load_hf_model), then shards
 FSDP_MEMORY = MemoryTraits(sharding="fully_sharded", load="replicated")
@@ -34,12 +44,23 @@ TORCH_NPU = Requirement(module="torch_npu", why="needs torch_npu (the Ascend PyT
 MINDSPEED = Requirement(module="mindspeed", why="needs the mindspeed package (installed only in Ascend images; "
                                                 "for the emulated lane point PARITY_MINDSPEED_SRC at a source tree)")
 
+#: the three-way lane's baselines: the hf engine at the candidate's dtype, as torch.autocast over fp32 weights (HF
+#: Trainer / Accelerate's recipe) or as low-precision weights cast from fp32 masters the optimizer steps (FSDP2's
+#: MixedPrecisionPolicy, Megatron's and MindSpeed's recipe); engines/hf.py implements both
+HF_REFERENCE = ReferenceRecipe(kwargs_block="engine_kwargs", baselines={
+    "hf": Baseline(label="autocast", kwargs={"precision": "autocast"}),
+    "hf_master_weights": Baseline(label="master_weights", kwargs={"precision": "master_weights"})})
+
 HF = EngineSpec(
     name="hf", engine="parity.engines.hf:HFEngine",
     summary="transformers model in one process; the reference engine",
     packings=PACKINGS, checkpoints=("resume", "convert"),
     kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, memory=MemoryTraits(scored="response"),
-    preload=("transformers", "parity.engines.hf"))
+    preload=("transformers", "parity.engines.hf"), source=("parity.engines.hf_common",), reference=HF_REFERENCE)
+
+#: imported after the planned engines' preload when it holds transformers and no planned engine patches while
+#: loading: transformers' modeling base and its checkpoint conversion table (engines/transformers_warm.py)
+TRANSFORMERS_WARM = ("transformers.modeling_utils", "parity.engines.transformers_warm")
 
 FSDP2 = EngineSpec(
     name="fsdp2", engine="parity.engines.fsdp2:FSDP2Engine", aliases=("fsdp",),
@@ -47,7 +68,8 @@ FSDP2 = EngineSpec(
     packings=PACKINGS, checkpoints=("resume", "convert"),
     dims=frozenset({"dp", "ulysses", "tp"}), kwargs_blocks=("fsdp_kwargs",),
     rules="parity.engines.specs:fsdp2_layout_errors", memory=FSDP2_MEMORY,
-    preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2"))
+    preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2"),
+    verl=VerlNames(family="fsdp", block="fsdp_config", config="FSDPEngineConfig", implied=True, default=True))
 
 MEGATRON = EngineSpec(
     name="megatron", engine="parity.engines.megatron:MegatronEngine",
@@ -55,14 +77,16 @@ MEGATRON = EngineSpec(
     packings=PACKINGS, checkpoints=("resume", "convert"),
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",), layout_keys=MEGATRON_LAYOUT_KEYS,
     rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,), memory=MEGATRON_MEMORY,
-    preload=("transformers", "megatron.core", "parity.engines.megatron.model"))
+    preload=("transformers", "megatron.core", "parity.engines.megatron.model"),
+    verl=VerlNames(family="megatron", block="megatron", config="McoreEngineConfig", implied=True,
+                   on_npu="mindspeed_megatron"))
 
 #: what the MindSpeed engines' forkserver may import before MindSpeed patches: torch_npu imports torch's FSDP, FSDP2
 #: and DTensor modules itself at import, to patch them (torch_npu/distributed/__init__.py, _apply_distributed_patch),
 #: and torch._dynamo (torch_npu/utils/_dynamo.py, add_dynamo_methods), so they are in sys.modules when MindSpeed's
-#: adaptor patches in any case; imported in each rank they cost ~2.7 s and ~0.7 s of a tiny emulated-lane row's ~10.
-#: AutoConfig's module holds config classes only (~0.45 s a rank; MindSpeed's torch adaptor patches nothing in
-#: transformers, only its MindSpore one does: mindspeed/mindspore/mindspore_adaptor.py). Megatron and MindSpeed stay
+#: adaptor patches in any case; imported in each rank they would be a large share of a tiny emulated-lane row.
+#: AutoConfig's module holds config classes only (MindSpeed's torch adaptor patches nothing in transformers, only
+#: its MindSpore one does: mindspeed/mindspore/mindspore_adaptor.py). Megatron and MindSpeed stay
 #: out (preload_excludes), and so do the HF modeling modules (registries built at import would keep functions
 #: MindSpeed replaces later). Nothing here touches a device: the server forks ranks that open the NPU themselves.
 MINDSPEED_PRELOAD = ("transformers", "transformers.models.auto.configuration_auto", "torch.distributed.fsdp",
@@ -80,7 +104,8 @@ MINDSPEED_MEGATRON = EngineSpec(
                                                 why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),
               MEGATRON_CORE),
     environment_check="parity.engines.mindspeed_env:megatron_pairing_problem", memory=MEGATRON_MEMORY,
-    devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("megatron", "mindspeed"))
+    devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("megatron", "mindspeed"),
+    verl=VerlNames(family="megatron", block="megatron", config="McoreEngineConfig"))
 
 MINDSPEED_FSDP = EngineSpec(
     name="mindspeed_fsdp", engine="parity.engines.mindspeed_fsdp:MindSpeedFSDPEngine",
@@ -92,7 +117,8 @@ MINDSPEED_FSDP = EngineSpec(
         module="mindspeed.fsdp.mindspeed_parallel_engine",
         why="needs a mindspeed with the mindspeed.fsdp package (MindSpeed's FSDP parallel engine; branch master "
             "or 26.1.0_core_r0.12.1)")),
-    devices=("npu",), memory=FSDP_MEMORY, preload=MINDSPEED_PRELOAD, preload_excludes=("mindspeed",))
+    devices=("npu",), memory=FSDP_MEMORY, preload=MINDSPEED_PRELOAD, preload_excludes=("mindspeed",),
+    verl=VerlNames(family="fsdp", block="fsdp_config", config="FSDPEngineConfig"))
 
 #: the verl engines' forkserver preload: engines/verl/warm.py chooses verl's platform, then imports verl's engines
 #: ("verl" itself is named last, so that a planned engine that keeps verl out of the server (verl_mindspeed) keeps

@@ -1,6 +1,6 @@
 """Imported by the forkserver after transformers (harness/config/registry.py, preload_modules): transformers builds
 its checkpoint conversion table for every architecture it knows (~950 rules, each compiling regexes) on a process's
-first `from_pretrained`; that was ~70 % of an fsdp2 rank's setup. Built once here, every forked rank inherits it.
+first `from_pretrained`, most of an fsdp2 rank's setup. Built once here, every forked rank inherits it.
 Importing this module is the switch, as for parity.harness.run.rank_warnings."""
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from parity.harness.config import paths
 from parity.harness.config.errors import ScenarioError
 from parity.harness.run.preload import forks_here, launcher_for
 
@@ -16,15 +17,10 @@ if TYPE_CHECKING:
     from parity.harness.contract.schema import Scenario
 
 
-def slug(run_id: str) -> str:
-    """A run id as a directory name (OUT/records/<slug>, golden sets, cached references)."""
-    return run_id.replace("/", "__").replace(":", "_")
-
-
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    out_dir: Path = Path("parity-out")
-    cache_dir: Path = Path(".parity-cache")
+    out_dir: Path = paths.OUT
+    cache_dir: Path = paths.CACHE
     launcher: Literal["forked", "torchrun"] = "forked"
     node_rank: int | None = None
     """Multi-node: the node this process launches (None = every node, on this host). Only node 0 judges."""
@@ -53,8 +49,9 @@ class RunOptions:
 OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("device", {"choices": ["cpu", "cuda", "npu"], "default": None,
                 "help": "run every scenario on this device (the fp32 reference stays on CPU)"}),
-    ("out", {"default": "parity-out", "help": "output directory (results.jsonl, summary.md, records/)"}),
-    ("cache-dir", {"default": ".parity-cache", "help": "tiny model checkpoints and cached reference runs"}),
+    ("out", {"default": str(paths.OUT),
+             "help": f"output directory ({paths.RESULTS}, {paths.SUMMARY}, {paths.RECORDS}/)"}),
+    ("cache-dir", {"default": str(paths.CACHE), "help": "tiny model checkpoints and cached reference runs"}),
     ("launcher", {"choices": ["forked", "torchrun"], "default": "forked",
                   "help": "forked: ranks forked from a warm forkserver (fast); torchrun: one torchrun per run"}),
     ("node-rank", {"type": int, "default": None,

@@ -4,17 +4,15 @@ reviewer can check an Ascend job before it spends runner hours."""
 
 from __future__ import annotations
 
-import argparse
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity.harness.config import paths
 from parity.harness.config.devices import DEVICE_KINDS
 from parity.harness.config.memory import plan_for
-from parity.harness.config.selection import scenario_files, select
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
-from parity.harness.options import slug
 from parity.harness.run.launch import torchrun_commands
 
 PLACEHOLDER_PORT = 29500
@@ -34,8 +32,8 @@ def plan_scenario(scenario: Scenario, source: str, out_dir: Path, master_addr: s
     """Per node: the cards its ranks get (contiguous from first_card), the environment, the commands."""
     layout = scenario.layout
     kind = DEVICE_KINDS[scenario.device]
-    job_file = out_dir / "records" / slug(scenario.id) / "job.json"
-    commands = torchrun_commands(layout, job_file, master_addr, port, slug(scenario.id), python="python")
+    job_file = paths.record_dir(out_dir, scenario.id) / paths.JOB
+    commands = torchrun_commands(layout, job_file, master_addr, port, paths.slug(scenario.id), python="python")
     plans = []
     for node in range(layout.nodes):
         cards = tuple(range(first_card, first_card + layout.ranks_per_node)) if scenario.device != "cpu" else ()
@@ -70,20 +68,3 @@ def render(scenario: Scenario, plans: list[NodePlan]) -> str:
         lines.append(f"  here: would SKIP ({reason})")
     return "\n".join(lines)
 
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    for scenario in select(scenario_files(args.files), args.k, args.device):
-        plans = plan_scenario(scenario, scenario.source or "", Path(args.out), args.master_addr, args.master_port)
-        print(render(scenario, plans))
-    return 0
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("plan", help="print what each scenario would launch, without running it")
-    parser.add_argument("files", nargs="*")
-    parser.add_argument("-k")
-    parser.add_argument("--device", choices=["cpu", "cuda", "npu"])
-    parser.add_argument("--out", default="parity-out")
-    parser.add_argument("--master-addr", default="$MASTER_ADDR", help="node 0's address (default: a placeholder)")
-    parser.add_argument("--master-port", type=int, default=PLACEHOLDER_PORT)
-    parser.set_defaults(func=cmd_plan)

@@ -2,19 +2,16 @@
 
 `pytest -m nightly` collects `scenarios/*.yaml` (ini `parity_scenario_dirs`), one item per scenario id,
 with the scenario's marks as pytest markers; `-k` works on ids. Each item runs through the same Runner as
-`parity run`; the parity table is printed and written when the session ends; metrics go into JUnit XML
-properties. This module is wiring only: running, judging and rendering live elsewhere.
+`parity run` (harness/session.py); the parity table is printed and written when the session ends; metrics go into
+JUnit XML properties. This module is wiring only: running, judging and rendering live elsewhere.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import io
 import os
-import shutil
 import signal
-import threading
-import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,14 +23,13 @@ from parity.harness.config.selection import with_device
 from parity.harness.config.shard import Shard, split
 from parity.harness.config.validate import check_environment, check_scenario, skip_reason
 from parity.harness.contract.schema import Scenario
-from parity.harness.options import add_options, run_options, writable_out_dir
-from parity.harness.run.launch import Interrupted, expect_preload, start_forkserver
+from parity.harness.options import add_options, run_options
+from parity.harness.run.launch import expect_preload
 from parity.harness.run.preload import forkserver_preload
+from parity.harness.session import Interrupted, Session, junit_properties
 
-if TYPE_CHECKING:  # the runner and the judge import torch: only a session that runs a scenario pays for it
+if TYPE_CHECKING:  # the judge imports torch: only a session that runs a scenario pays for it
     from parity.harness.judge.verdict import Verdict
-    from parity.harness.runner import Runner
-    from parity.reports.early_figures import EarlyFigures
 
 MARKERS = {
     "nightly": "scenario runs in the nightly matrix",
@@ -47,110 +43,54 @@ MARKERS = {
     "cards16": "needs a 16-card node (verl's linux-aarch64-a3-16 runner set)",
     "emulated_npu": "the real MindSpeed source under the emulated torch_npu (needs PARITY_MINDSPEED_SRC)",
 }
-JUNIT_METRICS = ("logprob_max_abs", "logprob_mean_abs", "loss_rel_max", "grad_norm_rel_max", "step_time_s",
-                 "peak_memory_mb")
+
+SESSION = pytest.StashKey[Session]()
+"""The pytest session's parity Session (config.stash)."""
 
 
-class ParitySession:
-    """Per-pytest-session state: the Runner (built on first use, knowing every collected scenario) and results."""
+def _session(config: pytest.Config) -> Session:
+    """The session's parity Session. Under pytest-xdist each worker writes its own shard (OUT/gw0, ...) and the
+    controller, which runs no item, merges them when it publishes."""
+    try:
+        options = run_options(lambda name: config.getoption(f"parity_{name}"))
+    except ScenarioError as exc:
+        raise pytest.UsageError(str(exc).replace("--", "--parity-")) from None
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    controller = not worker and config.getoption("dist", default="no") != "no"
+    return Session(options, worker=worker, controller=controller, out_option="--parity-out")
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.running = False
-        """A scenario's ranks are running (a signal must go through its launcher's cleanup)."""
-        try:
-            options = run_options(lambda name: config.getoption(f"parity_{name}"))
-        except ScenarioError as exc:
-            raise pytest.UsageError(str(exc).replace("--", "--parity-")) from None
-        self.out_dir = options.out_dir
-        # pytest-xdist: each worker writes its own shard (OUT/gw0, ...); the controller merges them at the end
-        self.worker = os.environ.get("PYTEST_XDIST_WORKER")
-        self.options = replace(options, out_dir=options.out_dir / self.worker) if self.worker else options
-        self.controller = not self.worker and config.getoption("dist", default="no") != "no"
-        """The xdist controller: merges this session's worker shards, and first removes those of earlier runs."""
-        if self.controller:
-            for stale in self.out_dir.glob("gw*"):
-                shutil.rmtree(stale, ignore_errors=True)
-        self.scenarios: list[Scenario] = []
-        self.results: list[dict[str, Any]] = []
-        self._early: EarlyFigures | None = None
-        """The report's figures, drawn as results come (not by xdist workers: the controller draws the page)."""
-        self._runner: Runner | None = None
-        self._started = time.perf_counter()
 
-    def run(self, scenario: Scenario) -> Verdict:
-        from parity.harness.judge.verdict import failed
+def _run(config: pytest.Config, scenario: Scenario) -> Verdict:
+    session = config.stash[SESSION]
+    try:
+        session.open()
+    except ScenarioError as exc:  # the out dir, checked before the first scenario runs
+        pytest.exit(f"parity: error: {exc}", returncode=2)
+    try:
+        return session.run(scenario)
+    except Interrupted as exc:  # recorded as ERROR: report what finished, stop
+        _stop(config, exc)
+        raise
 
-        if self._runner is None:
-            from parity.harness.runner import Runner
-            from parity.reports import results as results_file
 
-            try:
-                writable_out_dir(self.options.out_dir, "--parity-out")
-            except ScenarioError as exc:
-                pytest.exit(f"parity: error: {exc}", returncode=2)
-            results_file.reset(self.options.out_dir)
-            self._runner = Runner(self.options, self.scenarios)
-        self.running = True
-        try:
-            verdict = self._runner.run_scenario(scenario)
-        except Interrupted as exc:  # the launcher killed the ranks on the way out: record ERROR, report, stop
-            self.record(failed(scenario, "running", exc))
-            self.stop(exc)
-        finally:
-            self.running = False
-        self.record(verdict)
-        return verdict
+def _stop(config: pytest.Config, exc: Interrupted) -> None:
+    """SIGTERM / SIGINT, as `parity run` handles them: the warm forkserver stopped, results.jsonl and summary.md
+    written for what finished, pytest ends with exit code 128 + signal."""
+    config.stash[SESSION].close()
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:
+        _publish(config, terminal)
+    pytest.exit(f"parity: {exc}", returncode=128 + exc.signum)
 
-    def stop(self, exc: Interrupted) -> None:
-        """SIGTERM / SIGINT, as `parity run` handles them: the warm forkserver stopped, results.jsonl and
-        summary.md written for what finished, pytest ends with exit code 128 + signal."""
-        if self._runner is not None:
-            self._runner.close()
-        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-        if terminal is not None:
-            self.publish(terminal)
-        pytest.exit(f"parity: {exc}", returncode=128 + exc.signum)
 
-    def record(self, verdict: Verdict) -> None:
-        from parity.reports import results as results_file
-
-        result = verdict.to_json()
-        results_file.append(self.options.out_dir, result)
-        self.results.append(result)
-        if not self.worker:
-            if self._early is None:
-                from parity.reports.early_figures import EarlyFigures
-
-                self._early = EarlyFigures()
-            self._early.submit(result)
-
-    def publish(self, terminal: Any) -> None:
-        """Print and write the table; under xdist only the controller does, over every worker's shard."""
-        import io
-
-        from parity.reports import results as results_file
-        from parity.reports.publish import publish
-
-        if self.worker:
-            return
-        shards = sorted(p for p in self.out_dir.glob("gw*") if (p / results_file.RESULTS).is_file()) \
-            if self.controller else []
-        merged = self.results or (results_file.load(shards) if shards else [])
-        if not merged:
-            return
-        if shards and not self.results:
-            results_file.reset(self.out_dir)
-            for result in merged:
-                results_file.append(self.out_dir, result)
-        buffer = io.StringIO()
-        publish(self.out_dir, merged, time.perf_counter() - self._started, stream=buffer, early=self._early,
-                history=self.options.history)
+def _publish(config: pytest.Config, terminal: Any) -> None:
+    """Print and write the table (under xdist only the controller does, over every worker's shard)."""
+    buffer = io.StringIO()
+    config.stash[SESSION].publish(stream=buffer)
+    if buffer.getvalue():
         terminal.write_sep("=", "parity summary")
         terminal.write(buffer.getvalue())
 
-
-SESSION = pytest.StashKey[ParitySession]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -164,11 +104,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    session = ParitySession(config)
+    session = _session(config)
     config.stash[SESSION] = session
-    if not session.worker and config.pluginmanager.hasplugin("dsession"):  # xdist controller: drop old shards
-        for shard in session.out_dir.glob("gw*"):
-            shutil.rmtree(shard, ignore_errors=True)
     if not config.option.collectonly and not session.controller:  # a controller runs no item
         _start_forkserver_for_files(config, session)
 
@@ -190,20 +127,19 @@ def _scenario_files(config: pytest.Config) -> list[Path]:
     return list({path.resolve(): path for path in files}.values())  # a file both walked and named: once
 
 
-def _start_forkserver_for_files(config: pytest.Config, session: ParitySession) -> None:
+def _start_forkserver_for_files(config: pytest.Config, session: Session) -> None:
     """Start the forkserver before collection, for every row of the session's scenario files: collecting the test
-    modules keeps one core busy for ~7-15 s while the other idles, and the server's imports (torch, transformers,
-    megatron: ~6-13 s of CPU) fit there. At collection finish the selected rows ask for a subset of that preload,
-    which the running server serves (launch's reuse rule); a selection it cannot serve (the server holds what a
-    selected engine must patch first) restarts it with the right preload, as any launch would. Bad files are left
-    to collection, which names them."""
+    modules keeps one core busy while the other idles, and the server's imports (torch, transformers, megatron) fit
+    there. At collection finish the selected rows ask for a subset of that preload, which the running server
+    serves (launch's reuse rule); a selection it cannot serve (the server holds what a selected engine must patch
+    first) restarts it with the right preload, as any launch would. Bad files are left to collection, which names
+    them."""
     try:
         scenarios = with_device([s for f in _scenario_files(config) for s in load_file(f)],
                                 config.getoption("parity_device"))
     except (ScenarioError, OSError):
         return
-    if scenarios and session.options.forks_here(scenarios):
-        start_forkserver(*forkserver_preload(scenarios))
+    session.start_forkserver(scenarios)
 
 
 def _is_scenario_file(file_path: Path, config: pytest.Config) -> bool:
@@ -231,7 +167,7 @@ class ScenarioFile(pytest.File):
         session = self.config.stash[SESSION]
         items = []
         for scenario in scenarios:
-            session.scenarios.append(scenario)
+            session.planned.append(scenario)
             item = ScenarioItem.from_parent(self, name=scenario.id, scenario=scenario)
             for mark in scenario.marks:
                 item.add_marker(mark)
@@ -253,14 +189,10 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
 
     def runtest(self) -> None:
-        session = self.config.stash[SESSION]
         if (reason := skip_reason(self.scenario)) is None:
             check_environment(self.scenario)
-        verdict = session.run(self.scenario)
-        for key in JUNIT_METRICS:
-            if key in verdict.metrics:
-                self.user_properties.append((key, verdict.metrics[key]))
-        self.user_properties.append(("verdict", verdict.status))
+        verdict = _run(self.config, self.scenario)
+        self.user_properties += junit_properties(verdict)
         if verdict.status == "SKIP":
             pytest.skip(reason or "; ".join(verdict.reasons))
         if verdict.status != "PASS":
@@ -301,37 +233,28 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     collected one: a deselected MindSpeed row must not keep megatron out of the forkserver's preload; and the
     launcher expects their preload from the start."""
     parity = session.config.stash[SESSION]
-    parity.scenarios[:] = [item.scenario for item in session.items if isinstance(item, ScenarioItem)]
-    if parity.scenarios:  # the session's first forkserver (maybe a test's) preloads for the items too
-        preload, exclude = forkserver_preload(parity.scenarios)
-        expect_preload(preload)
-        if parity.options.forks_here(parity.scenarios) and not session.config.option.collectonly:
-            start_forkserver(preload, exclude)  # importing while pytest starts the first items
+    parity.planned[:] = [item.scenario for item in session.items if isinstance(item, ScenarioItem)]
+    if parity.planned:  # the session's first forkserver (maybe a test's) preloads for the items too
+        expect_preload(forkserver_preload(parity.planned)[0])
+        if not session.config.option.collectonly:
+            parity.start_forkserver()  # importing while pytest starts the first items
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Any:
-    """SIGTERM / SIGINT while a scenario runs become `Interrupted` (its launcher kills the ranks on the way out,
-    ParitySession.run records it ERROR and stops pytest with 128 + signal); SIGTERM between items stops the same
-    way, SIGINT there is pytest's KeyboardInterrupt."""
-    parity = session.config.stash[SESSION]
+    """SIGTERM / SIGINT while a scenario runs stop the session (Session.signals; _run records the scenario ERROR
+    and stops pytest with 128 + signal); SIGTERM between items stops the same way, SIGINT there is pytest's
+    KeyboardInterrupt."""
+    config = session.config
 
-    def handler(signum: int, _frame: Any) -> None:
-        if parity.running:
-            raise Interrupted(signum)
-        if signum == signal.SIGINT:  # outside a scenario: pytest's own Ctrl-C handling
+    def between_items(signum: int) -> None:
+        if signum == signal.SIGINT:
             raise KeyboardInterrupt
-        parity.stop(Interrupted(signum))
+        _stop(config, Interrupted(signum))
 
-    if threading.current_thread() is not threading.main_thread():
+    with config.stash[SESSION].signals(idle=between_items):
         return (yield)
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        return (yield)
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    config.stash[SESSION].publish(terminalreporter)
+    _publish(config, terminalreporter)

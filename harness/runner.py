@@ -1,7 +1,7 @@
 """Run scenarios: skip what cannot run here, compute (or reuse) references, launch the candidate, judge.
 
-The runner returns Verdicts through a callback as each scenario finishes; it renders nothing itself.
-One scenario's crash, hang or NaN becomes that scenario's ERROR/FAIL and never stops the others.
+The runner returns one scenario's Verdict at a time (harness/session.py runs a selection); it renders nothing
+itself. One scenario's crash, hang or NaN becomes that scenario's ERROR/FAIL and never stops the others.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from parity.harness.config import devices
+from parity.harness.config import devices, paths
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
@@ -29,10 +29,10 @@ from parity.harness.judge.reference import (
     run_identity,
 )
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, scenario_info, skipped
-from parity.harness.options import RunOptions, slug
+from parity.harness.options import RunOptions
 from parity.harness.run import ref_cache
 from parity.harness.run.cards import CardPool, Oversubscribed, host_ranks
-from parity.harness.run.launch import ForkedLauncher, Interrupted, LaunchResult, TorchrunLauncher, interrupt_on_signals
+from parity.harness.run.launch import ForkedLauncher, LaunchResult, TorchrunLauncher
 from parity.harness.run.preload import forkserver_preload
 from parity.harness.run.records import RunRecord
 from parity.harness.run.staged import checkpointed_run
@@ -85,26 +85,6 @@ class Runner:
         self._references: dict[str, RunRecord] = {}
         self._commit = harness_commit()
         self._history = load_history(options.history)
-
-    def run(self, scenarios: Iterable[Scenario], on_result: Callable[[Verdict], None] | None = None) -> list[Verdict]:
-        verdicts = []
-        with interrupt_on_signals():
-            for scenario in scenarios:
-                try:
-                    verdict = self.run_scenario(scenario)
-                except Interrupted as exc:  # the launcher killed the ranks on the way out: record, clean up, stop
-                    if on_result:
-                        on_result(failed(scenario, "running", exc))
-                    self.close()
-                    raise
-                if on_result:
-                    try:
-                        on_result(verdict)
-                    except Exception as exc:  # a report that cannot be written is that scenario's ERROR
-                        verdict = failed(scenario, "reporting", exc)
-                        on_result(verdict)
-                verdicts.append(verdict)
-        return verdicts
 
     def close(self) -> None:
         """Stop the warm forkserver (a later run starts a new one)."""
@@ -201,13 +181,13 @@ class Runner:
         key = cache_key(run)
         if key in self._references:
             return self._references[key]
-        directory = self.options.cache_dir / "refs" / f"{slug(run.id)}-{key}"
+        directory = paths.reference_dir(self.options.cache_dir, run.id, key)
         record = ref_cache.get_or_compute(directory, lambda where: self.execute(run, f"{kind}:{run.id}", where))
         self._references[key] = record
         return record
 
     def _record_dir(self, scenario: Scenario) -> Path:
-        return self.options.out_dir / "records" / slug(scenario.id)
+        return paths.record_dir(self.options.out_dir, scenario.id)
 
     def _job(self, scenario: Scenario, run_id: str, record_dir: Path, stage: Stage | None = None) -> RunJob:
         return RunJob(run_id=run_id, scenario=scenario.model_dump(mode="json"), record_dir=str(record_dir),
@@ -221,11 +201,11 @@ class Runner:
     def execute(self, scenario: Scenario, run_id: str, record_dir: Path, stage: Stage | None = None) -> RunRecord:
         """Launch one run (or one Stage of it) and collect its RunRecord (a failed one when the ranks did not
         finish)."""
-        for stale in ("record.json", "tensors.safetensors"):
+        for stale in paths.RECORD_FILES:
             (record_dir / stale).unlink(missing_ok=True)
         started = time.perf_counter()
         result = self._launch(self._job(scenario, run_id, record_dir, stage), scenario)
-        if result.status == "ok" and (record_dir / "record.json").is_file():
+        if result.status == "ok" and (record_dir / paths.RECORD).is_file():
             record = RunRecord.load(record_dir)
         elif result.status == "ok":
             record = RunRecord.failed(run_id, scenario.content_hash(), "error", "ranks exited 0 without a record")

@@ -1,7 +1,7 @@
 """Scenario figures drawn while the run goes on, not all at its end.
 
-A report page draws one figure per scenario (~0.2 s each, text layout): 75 scenarios kept the end of a run busy
-for ~10 s on 2 cores after the last scenario. Each result is handed, as it is recorded, to one background worker
+A report page draws one figure per scenario, and text layout makes each slow enough that drawing them all after
+the last scenario kept the end of a run busy. Each result is handed, as it is recorded, to one background worker
 (`python -m parity.reports.plots --stream FILE`, at the lowest CPU priority, so it draws in the time ranks and
 tests leave idle); at the end what it has drawn is taken and the rest is drawn then, in parallel
 (plots.scenario_figures). The worker changes no figure: each is the same bytes whichever process draws it.

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parity.harness.config.paths import RESULTS
 from parity.harness.judge.drift import ABS_FLOOR, METRICS, Change, Metric, flag_changes
 from parity.reports import results as results_file
 
@@ -56,7 +57,7 @@ def load_runs(directories: list[Path]) -> list[Run]:
     written; ties keep the order given)."""
     runs = []
     for d in directories:
-        path = d / results_file.RESULTS if d.is_dir() else d
+        path = d / RESULTS if d.is_dir() else d
         written = ""
         if path.is_file():
             written = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).isoformat(timespec="seconds")

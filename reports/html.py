@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from parity.harness.config.paths import REPORT
 from parity.reports import heatmap, plots
 from parity.reports.table import (
     COLUMNS,
@@ -21,8 +22,6 @@ from parity.reports.table import (
     skip_groups,
     summary_line,
 )
-
-REPORT = "report.html"
 
 STYLE = """
 body { font: 13px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from parity.harness.config.paths import SUMMARY
 from parity.reports.pivot import strategy_pivot
 from parity.reports.table import (
     ERRORS,
@@ -50,7 +51,7 @@ def render(results: list[dict[str, Any]], wall_s: float | None = None, title: st
 
 def write_summary(out_dir: Path, text: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "summary.md"
+    path = out_dir / SUMMARY
     path.write_text(text)
     return path
 

@@ -36,9 +36,9 @@ def _png(fig: Any, close: bool = True) -> str:
 
 class _ScenarioCanvas:
     """The 1 x 5 scenario figure, built once per process and redrawn for each result: building the axes and their
-    ticks was a quarter of every figure's ~0.18 s (a page draws one per scenario). Panels: loss and pre-clip grad
-    norm per step (candidate, reference); their relative differences per step against each step's limit (the band a
-    long run's limits widen by); the learning rate the engine's optimizer ran at against the schedule; the per-token
+    ticks is a good part of drawing a figure (a page draws one per scenario). Panels: loss and pre-clip grad norm
+    per step (candidate, reference); their relative differences per step against each step's limit (the band a long
+    run's limits widen by); the learning rate the engine's optimizer ran at against the schedule; the per-token
     |Δ log-prob| histogram."""
 
     TITLES = ("loss", "pre-clip grad norm", "rel diff vs its limit (band)", "learning rate",
@@ -171,13 +171,13 @@ def trend_figure(run_id: str, labels: list[str], series: dict[str, list[float | 
     return _png(fig)
 
 
-#: below this many figures a worker process costs more (its matplotlib import ~0.6 s) than it saves (~0.2 s each)
+#: below this many figures a worker process costs more (its own matplotlib import) than it saves
 PARALLEL_MIN = 12
 
 
 def scenario_figures(results: list[dict[str, Any]], workers: int | None = None) -> list[str | None]:
     """`scenario_figure` of every result, in order. Many figures are drawn by worker processes (one per CPU, at
-    most 8): text layout dominates a figure (~0.2 s), so a 75-scenario page took 15 s in one process. The workers
+    most 8): text layout dominates a figure, so a page of the default matrix is slow in one process. The workers
     are plain `python -m parity.reports.plots` subprocesses fed JSON (no multiprocessing: it would re-import the
     caller's __main__); a worker that fails leaves its share to this process."""
     workers = min(workers or os.cpu_count() or 1, 8, max(1, len(results) // (PARALLEL_MIN // 2)))

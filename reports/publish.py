@@ -1,4 +1,4 @@
-"""Everything that happens once a run ends, shared by the CLI and the pytest plugin."""
+"""Everything that happens once a run ends (harness/session.py publishes through it; `parity report` too)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from parity.harness.config.paths import RESULTS
 from parity.reports import html
 from parity.reports.early_figures import EarlyFigures
 from parity.reports.markdown import append_step_summary, render, write_summary
@@ -24,7 +25,7 @@ def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None =
     text = render(results, wall_s)
     path = write_summary(out_dir, text)
     append_step_summary(text)
-    where = f"summary: {path}  results: {out_dir / 'results.jsonl'}"
+    where = f"summary: {path}  results: {out_dir / RESULTS}"
     if page:
         figures = early.figures(results) if early is not None else None
         changes = None

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-RESULTS = "results.jsonl"
+from parity.harness.config.paths import RESULTS
+
 NON_FINITE = "non_finite"
 """Key of the map path -> 'nan' / 'inf' / '-inf' of the values written as null."""
 

@@ -1,5 +1,5 @@
 """Run a function in a process forked from the session's warm forkserver (the one the harness forks its ranks
-from, torch and transformers imported), not in a fresh interpreter that spends ~5-8 s importing them: for tests
+from, torch and transformers imported), not in a fresh interpreter that spends its time importing them: for tests
 that need a process of their own (peak RSS, a patched torch). Without a running server, multiprocessing starts
 one for the call. `target` must be importable by name (a module-level function) and its result picklable."""
 

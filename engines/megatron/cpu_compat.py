@@ -342,7 +342,7 @@ class CpuCompat:
         # torch.compile'd functions run eagerly: Megatron decorates fusions with `jit_fuser`, which is torch.compile
         # on torch >= 2.2 (megatron/core/jit.py), so every forked rank traced and compiled them from a cold cache
         # (dynamo, then inductor's C++). What the CPU matrix reaches is TopKRouter._apply_expert_bias, a no-op
-        # without expert bias: compiling it was ~15 % of a MoE row's time; eager is bit-identical on all 16 rows
+        # without expert bias, whose compiling cost each MoE row dearly; eager is bit-identical on all 16 rows
         self._set(torch._dynamo.config, "disable", True)
         self._mode = CudaToCpuMode()
         # the autograd engine runs a graph's Python backward code (custom autograd Functions) without the mode: the

@@ -129,10 +129,10 @@ def cpu_share(allowed: list[int], local_rank: int, ranks_here: int) -> list[int]
 
 def bind_cpu_rank(local_rank: int, ranks_here: int) -> list[int] | None:
     """Pin a CPU rank (and the gloo threads it starts later) to its own cores, one intra-op thread per core.
-    Unpinned, the ranks' main and gloo threads migrate between cores at every collective: on the 2-core CI box
-    the 67 megatron and fsdp2 rows of the default matrix took 122 s of scenario wall time unpinned, 90 s pinned
-    (benchmarks/cpu_binding.py). PARITY_CPU_BIND=0 keeps the threads and leaves the cores to the OS
-    (a runner shared with other jobs). Returns the cores the rank is pinned to, None where it is not."""
+    Unpinned, the ranks' main and gloo threads migrate between cores at every collective, which slows the
+    multi-rank rows down (benchmarks/cpu_binding.py measures it). PARITY_CPU_BIND=0 keeps the threads and leaves
+    the cores to the OS (a runner shared with other jobs). Returns the cores the rank is pinned to, None where it
+    is not."""
     import torch
 
     pin = hasattr(os, "sched_setaffinity") and os.environ.get("PARITY_CPU_BIND", "1") != "0"  # macOS has none

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from parity.harness.config.errors import ScenarioError, did_you_mean
 from parity.harness.config.registry import (
     ALIASES,
+    BASELINES,
     RETIRED,
     SPECS,
     engine_import_problem,
@@ -121,6 +122,10 @@ def parse_scenario(raw: dict[str, Any], *, file: str, label: str) -> Scenario:
                                 key="strategy", **where)
         raise ScenarioError(f"unknown strategy '{strategy}'{did_you_mean(strategy, SPECS)}; known: "
                             f"{', '.join(SPECS)} (or 'engine: package.module:Class')", key="strategy", **where)
+    baseline = raw.get("baseline")
+    if baseline is not None and baseline not in BASELINES:
+        raise ScenarioError(f"got {baseline!r}: unknown baseline{did_you_mean(str(baseline), BASELINES)}; known: "
+                            f"{', '.join(BASELINES)}", key="baseline", **where)
     raw = prepare(raw, where)
     try:
         scenario = Scenario.model_validate({**raw, "source": file})

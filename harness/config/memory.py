@@ -16,8 +16,9 @@ Two peaks, the larger counts:
 
 What a layer saves is counted per tensor for a decoder layer with GQA, RMSNorm and a SwiGLU (or top-k routed
 SwiGLU experts) MLP, flash attention on an accelerator (no s x s term) and, on CPU, the engine's own path
-(MemoryTraits.cpu_layer_factor; Megatron's local attention materialises the attention matrix); Korthikanti et
-al. 2022 ("Reducing Activation Recomputation in Large Transformer Models") give the SP / TP / pipeline rules.
+(MemoryTraits.cpu_layer_factor, and cpu_attention_matrix for one that materialises the attention matrix: Megatron's
+local attention); Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models") give
+the SP / TP / pipeline rules.
 Workspace, fragmentation, communication buffers and the framework's own context (~1-3 GB per NPU) come on top, so
 a plan above FIT_FRACTION of HBM is flagged. docs/ascend.md has the CPU measurements it was checked against
 (benchmarks/memory_plan.py).
@@ -238,7 +239,7 @@ def _rank_share(scenario: Scenario, dims: ModelDims, traits: MemoryTraits, first
     lay = scenario.layout
     layers_here = -(-dims.layers // lay.pp)
     ends = dims.embedding + dims.head if lay.pp == 1 else dims.embedding if first_stage else dims.head
-    if traits.sharding == "megatron":
+    if traits.sharding == "model_parallel":
         etp = lay.etp if lay.ep > 1 else lay.tp
         dense = (layers_here * dims.dense_per_layer + ends) // lay.tp
         experts = layers_here * dims.experts_per_layer // (lay.ep * etp)
@@ -280,7 +281,7 @@ class _Recompute:
 
 
 def _recompute(scenario: Scenario, traits: MemoryTraits) -> _Recompute:
-    if traits.sharding == "megatron":
+    if traits.sharding == "model_parallel":
         kw = scenario.mcore_kwargs
         granularity, method = kw.get("recompute_granularity"), kw.get("recompute_method")
         layers = int(kw.get("recompute_num_layers") or 1)
@@ -362,7 +363,7 @@ def _activations(scenario: Scenario, dims: ModelDims, traits: MemoryTraits, shar
     act_bytes = WEIGHT_BYTES[scenario.dtype]
     recompute = _recompute(scenario, traits)
     on_cpu = scenario.device == "cpu"
-    materialised = on_cpu and traits.sharding == "megatron"  # Megatron's local attention on CPU
+    materialised = on_cpu and traits.cpu_attention_matrix
     per_layer, layer_input = _layer_elements(dims, scenario, wl.seq_len // lay.cp, materialised)
     if on_cpu:
         per_layer *= traits.cpu_layer_factor

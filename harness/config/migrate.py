@@ -1,10 +1,9 @@
-"""`parity migrate FILE...`: rewrite historic names in scenario files in place (comments kept);
-`--check` only reports and exits 1 when a file still uses an old name (a CI gate). Both say which verl version's
+"""Rewrite historic names in scenario files in place, comments kept (`parity migrate FILE...`; with `--check` it
+only reports, a CI gate). Both say which verl version's
 vocabulary each `verl:` block uses (harness/config/verl_config.py)."""
 
 from __future__ import annotations
 
-import argparse
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,21 +97,3 @@ def migrate_file(path: Path, write: bool) -> list[Change]:
         path.write_text(buffer.getvalue())
     return changes
 
-
-def cmd_migrate(args: argparse.Namespace) -> int:
-    stale = 0
-    for name in args.files:
-        changes = migrate_file(Path(name), write=not args.check)
-        stale += bool(changes)
-        verb = "uses old names" if args.check else "migrated"
-        for change in changes:
-            print(f"{name}: {change.path}: {change.old} -> {change.new}")
-        print(f"{name}: {verb} ({len(changes)} changes)" if changes else f"{name}: up to date")
-    return 1 if (args.check and stale) else 0
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("migrate", help="rewrite renamed strategy and kwargs names in scenario files")
-    parser.add_argument("files", nargs="+")
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file uses old names")
-    parser.set_defaults(func=cmd_migrate)

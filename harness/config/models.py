@@ -101,7 +101,7 @@ def model_shape(model: str) -> ModelShape | None:
 
 def hf_modeling_module(model: str) -> str | None:
     """The transformers module that defines this model's classes (e.g. transformers.models.qwen3_moe.
-    modeling_qwen3_moe), so a forkserver can import it once instead of every rank (~2 s each on CPU); None when
+    modeling_qwen3_moe), so a forkserver can import it once instead of every rank; None when
     the checkpoint's config is not readable."""
     if is_tiny(model):
         # LlamaConfig -> llama, Qwen3MoeConfig -> qwen3_moe: transformers' own model_type spelling

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from parity.engines.specs import BUILTIN
+from parity.engines.specs import BUILTIN, TRANSFORMERS_WARM
 from parity.harness.config.models import hf_modeling_module
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import EngineSpec, open_spec
@@ -27,6 +27,13 @@ SPECS: dict[str, EngineSpec] = {spec.name: spec for spec in BUILTIN}
 ALIASES: dict[str, str] = {alias: spec.name for spec in BUILTIN for alias in spec.aliases}
 #: retired strategy names -> (new name, why)
 RETIRED: dict[str, tuple[str, str]] = {old: (spec.name, why) for spec in BUILTIN for old, why in spec.retired.items()}
+_REFERENCES = [spec for spec in BUILTIN if spec.reference is not None]
+if len(_REFERENCES) != 1:
+    raise RuntimeError(f"exactly one built-in engine computes references; these say they do: {_REFERENCES}")
+REFERENCE: EngineSpec = _REFERENCES[0]
+"""The engine that computes references and baselines (its spec's ReferenceRecipe)."""
+BASELINES: tuple[str, ...] = tuple(REFERENCE.reference.baselines) if REFERENCE.reference else ()
+"""The three-way lane's baselines a scenario may name."""
 
 
 def canonical(strategy: str) -> str:
@@ -103,8 +110,8 @@ def preload_modules(specs: list[EngineSpec], models: Iterable[str] = ()) -> list
     """Modules the forkserver imports once for these engines. A spec whose preload touches a module another
     planned engine must import itself first (MindSpeed patches megatron before megatron is imported) is left
     out whole; so is one whose requirements are missing here. Where transformers is preloaded and no planned
-    engine patches while loading, the planned models' modeling modules come too (importing them costs each rank
-    ~2 s of a tiny scenario's ~5; a module that does not import is skipped by the forkserver), and so does
+    engine patches while loading, the planned models' modeling modules come too (otherwise each rank imports
+    them, a large share of a tiny scenario; a module that does not import is skipped by the forkserver), and so does
     transformers' checkpoint conversion table (engines/transformers_warm.py)."""
     excluded = preload_excludes(specs)
     modules: list[str] = []
@@ -114,6 +121,5 @@ def preload_modules(specs: list[EngineSpec], models: Iterable[str] = ()) -> list
         modules += [m for m in spec.preload if m not in modules]
     if "transformers" in modules and not excluded:
         modeling = (hf_modeling_module(model) for model in models)
-        modules += ["transformers.modeling_utils", "parity.engines.transformers_warm",
-                    *dict.fromkeys(m for m in modeling if m)]
+        modules += [*TRANSFORMERS_WARM, *dict.fromkeys(m for m in modeling if m)]
     return modules

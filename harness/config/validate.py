@@ -15,6 +15,7 @@ from parity.harness.config import devices
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.memory import plan_for
 from parity.harness.config.models import ModelShape, expand_model_path, is_tiny, model_shape
+from parity.harness.config.paths import RECORD
 from parity.harness.config.registry import check_environment as check_spec_environment
 from parity.harness.config.registry import engine_import_problem, import_path, spec_for
 from parity.harness.contract.schema import Scenario
@@ -177,5 +178,5 @@ def check_environment(scenario: Scenario) -> None:
                             f"{count} are available", key="layout", **where)
     if scenario.reference.startswith("golden:"):
         golden = Path(expand_model_path(scenario.reference.removeprefix("golden:")))
-        if not (golden / "record.json").is_file():
-            raise ScenarioError(f"golden reference {golden} has no record.json", key="reference", **where)
+        if not (golden / RECORD).is_file():
+            raise ScenarioError(f"golden reference {golden} has no {RECORD}", key="reference", **where)

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from parity.harness.config.registry import SPECS
+from parity.harness.contract.spec import EngineSpec, VerlNames
 
 #: verl precision spellings (verl/utils/torch_dtypes.py PrecisionType) -> the scenario's dtype names
 PRECISION = {"fp32": "fp32", "float32": "fp32", "32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
@@ -36,6 +37,14 @@ TORCH_NAME = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 ACTOR = "actor_rollout_ref.actor."
 TRAINER = "trainer."
+
+VERL_ENGINES: dict[str, VerlNames] = {spec.name: spec.verl for spec in SPECS.values() if spec.verl is not None}
+"""The harness engines a `verl:` block can name -> how verl names them (EngineSpec.verl)."""
+
+
+def _implied(config: str) -> EngineSpec:
+    """The engine whose settings come from verl's `config` class when nothing else says which."""
+    return next(SPECS[name] for name, verl in VERL_ENGINES.items() if verl.config == config and verl.implied)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +148,7 @@ MEGATRON: dict[str, Rule] = {
     # McoreEngineConfig names Megatron's own sizes: the megatron spec's layout-owned keys (engines/specs.py)
     **{name: To(where, _flag if where == "layout.sequence_parallel"
                 else _optional_degree if name in _OPTIONAL_SIZES else _layout_degree)
-       for name, where in SPECS["megatron"].layout_keys.items()},
+       for name, where in _implied("McoreEngineConfig").layout_keys.items()},
     "use_distributed_optimizer": To("mcore_kwargs.use_distributed_optimizer", _flag),
     "override_transformer_config": Merge("mcore_kwargs"),
     "override_ddp_config": Merge("mcore_kwargs"),
@@ -256,17 +265,29 @@ TRAINER_KEYS: dict[str, Rule] = {
     "device": To("device"),
 }
 
+#: verl's engine config class -> the rules of its block
+RULES: dict[str, dict[str, Rule]] = {"McoreEngineConfig": MEGATRON, "FSDPEngineConfig": FSDP_CONFIG}
 #: actor_rollout_ref.actor.<block> -> the block's rules; `strategy` is the actor's own key
-BLOCKS: dict[str, dict[str, Rule]] = {"megatron": MEGATRON, "fsdp_config": FSDP_CONFIG, "optim": OPTIM}
-#: which engine family reads each engine block
-BLOCK_FAMILY = {"megatron": "megatron", "fsdp_config": "fsdp"}
+BLOCKS: dict[str, dict[str, Rule]] = {**{verl.block: RULES[verl.config] for verl in VERL_ENGINES.values()},
+                                      "optim": OPTIM}
+#: which engine family reads each engine block, and the reverse
+BLOCK_FAMILY = {verl.block: verl.family for verl in VERL_ENGINES.values()}
+FAMILY_BLOCK = {family: block for block, family in BLOCK_FAMILY.items()}
+#: the harness engine each family's block means when the `verl:` block names no strategy, and the one verl's
+#: default strategy means when it carries no engine block either
+IMPLIED = {verl.family: name for name, verl in VERL_ENGINES.items() if verl.implied}
+DEFAULT_STRATEGY = next(name for name, verl in VERL_ENGINES.items() if verl.default)
+#: which family's engines read each harness kwargs block
+KWARGS_FAMILY = {block: verl.family for name, verl in VERL_ENGINES.items() for block in SPECS[name].kwargs_blocks}
 
-#: verl's defaults where they differ from the harness's (verl/workers/config/engine.py EngineConfig,
-#: McoreEngineConfig: dtype bfloat16, sequence_parallel True, use_distributed_optimizer True,
+#: verl's defaults where they differ from the harness's, per config class (verl/workers/config/engine.py
+#: EngineConfig, McoreEngineConfig: dtype bfloat16, sequence_parallel True, use_distributed_optimizer True,
 #: expert_tensor_parallel_size None = tp, Megatron's rule in parallel_state.initialize_model_parallel)
-VERL_DEFAULTS = {"megatron": {"sequence_parallel": True, "use_distributed_optimizer": True,
-                              "expert_tensor_parallel_size": None, "dtype": "bfloat16"},
-                 "fsdp": {"dtype": "bfloat16"}}
+VERL_DEFAULTS = {"McoreEngineConfig": {"sequence_parallel": True, "use_distributed_optimizer": True,
+                                       "expert_tensor_parallel_size": None, "dtype": "bfloat16"},
+                 "FSDPEngineConfig": {"dtype": "bfloat16"}}
+#: the same per family, with the rules they go through
+FAMILY_DEFAULTS = {verl.family: (VERL_DEFAULTS[verl.config], RULES[verl.config]) for verl in VERL_ENGINES.values()}
 
 #: the flat (engine-config) form: these keys are the harness's own, not a block's
 FLAT_EXTRAS = {"strategy": ACTOR + "strategy", "device": TRAINER + "device",

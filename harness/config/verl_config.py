@@ -26,18 +26,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parity.harness.config.errors import ScenarioError, did_you_mean
-from parity.harness.config.registry import canonical
+from parity.harness.config.registry import RETIRED, canonical
+from parity.harness.config.renames import RENAMED_KEYS
 from parity.harness.config.verl_blocks import (
     ACTOR,
     BLOCK_FAMILY,
     BLOCKS,
+    DEFAULT_STRATEGY,
+    FAMILY_BLOCK,
+    FAMILY_DEFAULTS,
     FLAT_EXTRAS,
-    FSDP_CONFIG,
+    IMPLIED,
     KWARGS_BLOCKS,
-    MEGATRON,
+    KWARGS_FAMILY,
+    RULES,
     TRAINER,
     TRAINER_KEYS,
-    VERL_DEFAULTS,
+    VERL_ENGINES,
     Inert,
     Merge,
     Only,
@@ -48,15 +53,15 @@ from parity.harness.config.verl_blocks import (
 )
 from parity.harness.contract.config_tree import flatten
 
-#: verl's Megatron strategy on device npu runs MindSpeed (verl PR #7374)
-NPU_STRATEGIES = {"megatron": "mindspeed_megatron"}
-#: engine families: which of verl's engine blocks a harness strategy reads
-FAMILIES = {"megatron": "megatron", "mindspeed_megatron": "megatron", "fsdp2": "fsdp", "mindspeed_fsdp": "fsdp"}
-#: retired verl names -> the verl version whose vocabulary they belong to
-OLD_NAMES = ("mindspeed_llm", "mindspeed_mm", "llm_kwargs", "mm_kwargs")
+#: a harness strategy -> the engine verl's same strategy runs on device npu (verl PR #7374: MindSpeed's path)
+NPU_STRATEGIES = {name: verl.on_npu for name, verl in VERL_ENGINES.items() if verl.on_npu}
+#: engine families: which of verl's engine families (and so engine blocks) a harness strategy reads
+FAMILIES = {name: verl.family for name, verl in VERL_ENGINES.items()}
+#: names from before verl PR #6316: retired strategies and renamed kwargs blocks
+OLD_NAMES = (*RETIRED, *RENAMED_KEYS)
 TREES = ("actor_rollout_ref", "trainer")
 #: every flat-form key (for did-you-mean)
-FLAT_KEYS = (*FLAT_EXTRAS, *KWARGS_BLOCKS, *(k for table in (MEGATRON, FSDP_CONFIG) for k in table if "." not in k))
+FLAT_KEYS = (*FLAT_EXTRAS, *KWARGS_BLOCKS, *(k for table in RULES.values() for k in table if "." not in k))
 #: what the actor's other keys are, for their refusal
 _ACTOR_ELSEWHERE = ("a verl actor setting outside its engine blocks (loss, batching, checkpoint, profiler): "
                     "the `verl:` block configures the harness's engine from actor.strategy / megatron / fsdp_config "
@@ -109,12 +114,13 @@ def translate(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:
 
 def _strategy(block: dict[str, Any], tree: dict[str, Any]) -> str:
     """The block's strategy: given (flat or actor.strategy), else the family of the engine block it carries."""
-    given = block.get("strategy", tree.get(ACTOR + "strategy", tree.get(ACTOR + "fsdp_config.strategy")))
+    in_blocks = [tree[key] for key in (f"{ACTOR}{b}.strategy" for b in FAMILY_BLOCK.values()) if key in tree]
+    given = block.get("strategy", tree.get(ACTOR + "strategy", in_blocks[0] if in_blocks else None))
     if given is not None:
         return str(given)
-    if any(key.startswith(ACTOR + "megatron.") for key in tree):
-        return "megatron"
-    return "fsdp2"
+    carried = (BLOCK_FAMILY.get(key[len(ACTOR):].split(".")[0]) for key in tree if key.startswith(ACTOR))
+    family = next((family for family in carried if family in IMPLIED), None)
+    return IMPLIED[family] if family else DEFAULT_STRATEGY
 
 
 def _flat_path(key: Any, family: str | None, where: dict[str, str]) -> str:
@@ -123,11 +129,10 @@ def _flat_path(key: Any, family: str | None, where: dict[str, str]) -> str:
         return FLAT_EXTRAS[key]
     if key in KWARGS_BLOCKS:
         return f"harness.{key}"
-    own, other = ("megatron", "fsdp_config") if family != "fsdp" else ("fsdp_config", "megatron")
-    if rule_for(BLOCKS[own], str(key)) is not None:
-        return f"{ACTOR}{own}.{key}"
-    if rule_for(BLOCKS[other], str(key)) is not None:
-        return f"{ACTOR}{other}.{key}"  # refused below, naming the block and the strategy
+    blocks = sorted(FAMILY_BLOCK.values(), key=lambda block: block != FAMILY_BLOCK.get(family or ""))
+    for block in blocks:  # the strategy's own block first; a key of another is refused below, naming both
+        if rule_for(BLOCKS[block], str(key)) is not None:
+            return f"{ACTOR}{block}.{key}"
     raise ScenarioError(f"unknown verl engine field{did_you_mean(key, FLAT_KEYS)}", key=f"verl.{key}", **where)
 
 
@@ -207,7 +212,7 @@ def _merge(key: str, value: Any, pattern: str, rule: Merge, family: str | None, 
             result.problems.append((shown, f"'{pattern}' must be a mapping of TransformerConfig / DDP / optimizer / "
                                            "MindSpeed settings"))
         return
-    if family != "megatron" and rule.block == "mcore_kwargs":
+    if KWARGS_FAMILY.get(rule.block, family) != family:
         result.problems.append((shown, f"{value!r} is refused: a Megatron setting, and this block's strategy runs "
                                        f"the {family} family"))
         return
@@ -216,7 +221,7 @@ def _merge(key: str, value: Any, pattern: str, rule: Merge, family: str | None, 
 
 def _to(value: Any, rule: To, family: str | None, shown: str, result: _Translation) -> None:
     target_block = rule.field.split(".", 1)[0]
-    wanted = {"mcore_kwargs": "megatron", "fsdp_kwargs": "fsdp"}.get(target_block)
+    wanted = KWARGS_FAMILY.get(target_block)
     if wanted is not None and family != wanted:
         result.problems.append((shown, f"{value!r} is refused: a {wanted} engine setting, and this block's "
                                        f"strategy runs the {family} family"))
@@ -257,8 +262,9 @@ def _assemble(raw: dict[str, Any], block: dict[str, Any], strategy: str, family:
     """The translated fields (with verl's defaults for what the block leaves out) -> harness scenario fields."""
     fields = dict(result.fields)
     given = set(fields)
-    for name, default in VERL_DEFAULTS.get(family or "", {}).items():
-        rule = (MEGATRON if family == "megatron" else FSDP_CONFIG)[name]
+    defaults, rules = FAMILY_DEFAULTS.get(family or "", ({}, {}))
+    for name, default in defaults.items():
+        rule = rules[name]
         assert isinstance(rule, To)
         fields.setdefault(rule.field, rule.convert(default) if rule.convert and default is not None else default)
     out = {k: v for k, v in raw.items() if k != "verl"}
@@ -335,7 +341,7 @@ def vocabulary(block: dict[str, Any], device: str | None = None) -> str:
     if strategy.startswith("mindspeed_"):
         return "verl PR #6316 .. #7374 (mindspeed_megatron / mindspeed_fsdp strategies)"
     overrides = "override_transformer_config" in block or any(".override_transformer_config." in k for k in tree)
-    if overrides or (strategy == "megatron" and device == "npu"):
+    if overrides or (canonical(strategy) in NPU_STRATEGIES and device == "npu"):
         return "verl since PR #7374 (strategy megatron + override_transformer_config; MindSpeed on device npu)"
     if tree:
         return "verl trainer config (actor_rollout_ref.actor engine blocks; the same in every version)"

@@ -12,7 +12,7 @@ import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -81,10 +81,11 @@ class Requirement:
 class MemoryTraits:
     """How an engine holds a model, for the per-rank memory plan (harness/config/memory.py)."""
 
-    sharding: Literal["replicated", "fully_sharded", "megatron"] = "replicated"
+    sharding: Literal["replicated", "fully_sharded", "model_parallel"] = "replicated"
     """replicated: a full copy per rank; fully_sharded: parameters, gradients and optimizer states sharded over
-    the world (FSDP, with the layer being computed gathered); megatron: tp / pp / ep shard the weights and the
-    distributed optimizer shards optimizer states over dp x cp."""
+    the world (FSDP, with the layer being computed gathered); model_parallel: Megatron-Core's way, tp / pp / ep
+    shard the weights, the distributed optimizer (mcore_kwargs.use_distributed_optimizer) shards optimizer states
+    over dp x cp, and mcore_kwargs set recompute and optimizer offload."""
     load: Literal["replicated", "rank0_broadcast", "sharded_read"] = "replicated"
     """How it loads a checkpoint: every rank materialises the whole model on its device, then shards
     (replicated); rank 0 reads it into host memory, the others build on the meta device, and each tensor is
@@ -97,12 +98,62 @@ class MemoryTraits:
     during backward, as torch's are after zero_grad sets them to None."""
     cpu_layer_factor: float = 1.0
     """What the engine's CPU path saves per token and layer, relative to the count for fused layers (flash
-    attention, fused norms and SwiGLU) the plan makes for accelerators; measured with torch's profiler
-    (benchmarks/memory_plan.py). Megatron's local layer spec on CPU keeps each norm's output, the residual sums,
-    the repeated GQA keys / values and the unfused SwiGLU's pieces."""
+    attention, fused norms and SwiGLU) the plan makes for accelerators (benchmarks/memory_plan.py measures it).
+    Megatron's local layer spec on CPU keeps each norm's output, the residual sums, the repeated GQA keys / values
+    and the unfused SwiGLU's pieces."""
+    cpu_attention_matrix: bool = False
+    """Its CPU path materialises each layer's attention score matrix (Megatron's local attention) instead of
+    computing attention in blocks."""
     scored: Literal["all", "response"] = "all"
     """Positions whose log-probs and entropy it computes from the logits (the shared loss,
     harness/contract/losses.py): every position, or the response only (the hf engine slices them first)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Baseline:
+    """A three-way lane's baseline (Scenario.baseline): the reference engine at the candidate's dtype and device."""
+
+    label: str
+    """What the baseline's run is called (its cache entry and run id say `baseline-<label>`)."""
+    kwargs: Mapping[str, Any]
+    """The settings it runs with, in the reference engine's kwargs block."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReferenceRecipe:
+    """How the reference engine (one built-in engine has this recipe) computes the runs others are judged
+    against: `reference: hf_fp32` is a run of it in fp32 on CPU, a `baseline` a run of it with that baseline's
+    kwargs."""
+
+    kwargs_block: str
+    """The kwargs block a baseline's settings go into."""
+    baselines: Mapping[str, Baseline]
+    """Baseline name (what a scenario's `baseline` says) -> the baseline."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "baselines", MappingProxyType(dict(self.baselines)))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VerlNames:
+    """How verl's trainer config names this engine: a `verl:` block (harness/config/verl_config.py) whose
+    strategy is this engine's name, or one of its aliases, becomes a scenario of this engine."""
+
+    family: str
+    """verl's engine family (its `actor.strategy` vocabulary), in the refusals' messages."""
+    block: str
+    """The block under verl's `actor_rollout_ref.actor` that holds this family's engine settings."""
+    config: str
+    """verl's config class of that block (verl/workers/config/engine.py): harness/config/verl_blocks.py keeps a
+    rule per key of it."""
+    implied: bool = False
+    """The engine a `verl:` block without a strategy means when it carries this family's block."""
+    default: bool = False
+    """The engine a `verl:` block without a strategy and without an engine block means (verl's default
+    actor.strategy)."""
+    on_npu: str | None = None
+    """The engine verl's same strategy runs on device npu (verl PR #7374: `strategy: megatron` on NPU is
+    MindSpeed's path)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,6 +208,18 @@ class EngineSpec:
     before megatron is imported)."""
     memory: MemoryTraits = MemoryTraits()
     """How it holds a model (the memory plan)."""
+    source: tuple[str, ...] = ()
+    """Modules besides the engine class's own whose source decides its numbers: a cached run of this engine (a
+    reference, a baseline) is reused only while all of them are unchanged (harness/judge/reference.py)."""
+    reference: ReferenceRecipe | None = None
+    """Set on the one engine that computes references and baselines."""
+    verl: VerlNames | None = None
+    """How verl's config names this engine (None: a `verl:` block never becomes it)."""
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The engine class's module and `source`: what a cached run of it depends on."""
+        return (self.engine.partition(":")[0], *self.source)
 
     def __post_init__(self) -> None:
         if ":" not in self.engine:

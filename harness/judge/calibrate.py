@@ -1,7 +1,8 @@
 """Calibration: the measured error distribution of clean runs per metric, and the limits it supports.
 
-Pure functions over verdict metrics (the `parity calibrate` command runs the scenarios). A proposed limit is the
-worst clean value times a margin: a limit is only as good as the spread it was measured on (docs/tolerances.md).
+Pure functions over scenarios and verdict metrics (the `parity calibrate` command runs the scenarios). A proposed
+limit is the worst clean value times a margin: a limit is only as good as the spread it was measured on
+(docs/tolerances.md).
 """
 
 from __future__ import annotations
@@ -9,6 +10,16 @@ from __future__ import annotations
 import math
 import statistics
 from typing import Any
+
+from parity.harness.contract.schema import Scenario
+
+
+def seeded(scenarios: list[Scenario], seeds: int) -> list[Scenario]:
+    """Every clean scenario (no faults) once per workload seed 0..seeds-1."""
+    clean = [s for s in scenarios if not s.faults]
+    return [s.model_copy(update={"workload": s.workload.model_copy(update={"seed": seed})})
+            for seed in range(seeds) for s in clean]
+
 
 #: metric name -> path into a verdict's metrics
 METRICS: dict[str, tuple[str, ...]] = {

@@ -3,9 +3,10 @@ without the tensors (errors span orders of magnitude: 1e-7 in fp32, 1e-2 in bf16
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # the bins are torch-free: the report pages and their tests read them without torch
+    import torch
 
 LOG10_LOW, LOG10_HIGH, BINS_PER_DECADE = -10, 2, 4
 PHASES = ("logprobs_before", "logprobs_after")
@@ -19,6 +20,8 @@ def edges() -> list[float]:
 def abs_diff_histogram(candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
     """Counts of real tokens per bin; |Δ| below the first edge (exact matches too) in `below`, above the last
     edge or non-finite in `above`."""
+    import torch
+
     diff = (candidate.double() - reference.double()).abs()[mask.bool()]
     bounds = torch.tensor(edges(), dtype=torch.float64)
     finite = diff[torch.isfinite(diff)]

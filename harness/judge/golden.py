@@ -11,14 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parity.harness.config.paths import RECORD, RECORD_FILES
 from parity.harness.judge.compare import series_rel_diff, token_diff
 from parity.harness.judge.perf import perf_metrics
 from parity.harness.run.records import RunRecord
 
 MANIFEST = "manifest.json"
 SUMS = "SHA256SUMS"
-HASHED = ("record.json", "tensors.safetensors")
-"""The files a golden is; rank logs stay beside them unhashed."""
 
 
 def sha256(path: Path) -> str:
@@ -30,10 +29,10 @@ def sha256(path: Path) -> str:
 
 
 def entry(root: Path, slug: str) -> dict[str, Any]:
-    record = json.loads((root / slug / "record.json").read_text())
+    record = json.loads((root / slug / RECORD).read_text())
     return {"dir": slug, "scenario_hash": record["scenario_hash"],
             "device_name": record.get("provenance", {}).get("device_name"),
-            "files": {name: sha256(root / slug / name) for name in HASHED if (root / slug / name).is_file()}}
+            "files": {name: sha256(root / slug / name) for name in RECORD_FILES if (root / slug / name).is_file()}}
 
 
 def write_manifest(root: Path, slugs: dict[str, str], provenance: dict[str, Any]) -> Path:
@@ -92,7 +91,7 @@ def integrity(record_dir: Path) -> list[str]:
     if item is None:
         return [f"{record_dir} is not listed in {manifest}"]
     problems = []
-    for name in HASHED:
+    for name in RECORD_FILES:  # the files a golden is; rank logs stay beside them unhashed
         path, digest = record_dir / name, item["files"].get(name)
         if digest is None:
             if path.is_file():

@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from parity.harness.config.models import expand_model_path, model_identity
+from parity.harness.config.registry import REFERENCE, spec_for
 from parity.harness.contract.schema import Layout, Scenario, Workload
 
 
 def reference_scenario(scenario: Scenario) -> Scenario | None:
     """The run to compare against; None for a stored golden (read from disk instead)."""
     if scenario.reference == "hf_fp32":  # a packed run is judged against the same padded reference
-        return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload.padded(), dtype="fp32",
-                        device="cpu", timeout=scenario.timeout, source=scenario.source)
+        return Scenario(model=scenario.model, strategy=REFERENCE.name, workload=scenario.workload.padded(),
+                        dtype="fp32", device="cpu", timeout=scenario.timeout, source=scenario.source)
     if scenario.reference == "single_rank":
         return scenario.model_copy(update={"layout": Layout(), "faults": (), "name": "single-rank"})
     return None
@@ -31,18 +32,21 @@ def golden_dir(scenario: Scenario) -> Path:
 
 
 def baseline_scenario(scenario: Scenario) -> Scenario | None:
-    """Three-way lane: the hf engine at the candidate's dtype and device."""
+    """Three-way lane: the reference engine at the candidate's dtype and device, as the named baseline runs it."""
     if scenario.baseline is None:
         return None
-    precision = "master_weights" if scenario.baseline == "hf_master_weights" else "autocast"
-    return Scenario(model=scenario.model, strategy="hf", workload=scenario.workload.padded(), dtype=scenario.dtype,
-                    device=scenario.device, timeout=scenario.timeout, source=scenario.source,
-                    engine_kwargs={"precision": precision}, name=f"baseline-{precision}")
+    recipe = REFERENCE.reference
+    assert recipe is not None
+    baseline = recipe.baselines[scenario.baseline]
+    return Scenario(model=scenario.model, strategy=REFERENCE.name, workload=scenario.workload.padded(),
+                    dtype=scenario.dtype, device=scenario.device, timeout=scenario.timeout, source=scenario.source,
+                    name=f"baseline-{baseline.label}", **{recipe.kwargs_block: dict(baseline.kwargs)})
 
 
-#: modules whose source computes a reference run: an edit to any of them must not reuse an old cached reference
-REFERENCE_CODE = ("parity.engines.hf", "parity.engines.hf_common", "parity.harness.contract",
-                  "parity.harness.run.worker")
+HARNESS_CODE = ("parity.harness.contract", "parity.harness.run.worker")
+"""The harness's modules whose source computes every run (the engine's own come from its spec)."""
+REFERENCE_CODE = (*REFERENCE.modules, *HARNESS_CODE)
+"""What a reference run's numbers depend on: an edit to any of these must not reuse an old cached reference."""
 
 
 def code_hash(modules: tuple[str, ...] = REFERENCE_CODE) -> str:
@@ -58,13 +62,6 @@ def code_hash(modules: tuple[str, ...] = REFERENCE_CODE) -> str:
         for path in files:
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
-
-
-def engine_module(run: Scenario) -> str | None:
-    """The module of a run's engine class ('pkg.mod:Class' -> 'pkg.mod'), for runs other than the hf engine."""
-    from parity.harness.config.registry import spec_for
-
-    return spec_for(run).engine.partition(":")[0] or None
 
 
 def run_identity(run: Scenario) -> dict[str, Any]:
@@ -114,7 +111,8 @@ def cache_key(run: Scenario) -> str:
             versions.append(f"{package}={md.version(package)}")
         except md.PackageNotFoundError:
             continue
-    modules = REFERENCE_CODE if run.strategy == "hf" else (*REFERENCE_CODE, engine_module(run) or "")
+    spec = spec_for(run)
+    modules = REFERENCE_CODE if spec.name == REFERENCE.name else (*REFERENCE_CODE, *spec.modules)
     blob = "|".join([run.content_hash(), model_identity(run.model), code_hash(tuple(filter(None, modules))),
                      *versions])
     return hashlib.sha256(blob.encode()).hexdigest()[:20]

@@ -1,32 +1,26 @@
-"""Default limits per dtype and lane. The measurements behind each number are in docs/tolerances.md."""
+"""Default limits per dtype and lane: one list of limits (the scenario schema's Tolerance) with a value per lane.
+The measurements behind each number are in docs/tolerances.md."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from typing import ClassVar
+
+from pydantic import model_validator
 
 from parity.harness.contract.schema import Tolerance
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    logprob_max_abs: float
-    logprob_mean_abs: float
-    logprob_p99_abs: float
-    kl_k3: float
-    loss_rel: float
-    grad_norm_rel: float
-    loss_atol: float
-    grad_norm_atol: float
-    ratio_median: float
-    """Three-way lane: limit on candidate-error / baseline-error for the median |Δ| of log-probs and entropy. The
-    median, because a top-k routing flip moves the few tokens behind it far more than rounding does: the mean then
-    measures how many tokens flipped in this run (clean MoE runs reached 4.85x the baseline's mean error, 18.5x its
-    max; the median 3.14, docs/tolerances.md)."""
-    ratio_mean: float | None = None
-    """The same for mean |Δ|, opt-in (see ratio_median)."""
-    ratio_max: float | None = None
-    """The same for max |Δ|, opt-in: a max is one draw, and a ratio of two single draws is heavy-tailed (clean
-    bf16 runs reached 18.5)."""
+class Limits(Tolerance):
+    """A dtype lane's limits: every Tolerance field (the one list of limits a scenario's `tolerance:` may set; None
+    = that check is not made) and the lower bounds that prove a run computed in its dtype, which a scenario does
+    not set. Deriving from Tolerance keeps the two lists one: a limit added there is a limit here."""
+
+    ALWAYS: ClassVar[tuple[str, ...]] = ("logprob_max_abs", "logprob_mean_abs", "logprob_p99_abs", "kl_k3",
+                                         "loss_rel", "grad_norm_rel", "loss_atol", "grad_norm_atol", "ratio_median",
+                                         "group_grad_norm_atol", "loss_rel_per_step", "grad_norm_rel_per_step",
+                                         "group_grad_norm_rel_per_step", "ratio_step_window", "lr_rel")
+    """The limits every judgement uses: a lane must set them."""
+
     logprob_max_abs_min: float = 0.0
     """LOWER bound on the before-training log-prob max |Δ| vs fp32: below it the engine did not compute in this
     dtype (0 = no bound)."""
@@ -35,42 +29,18 @@ class Limits:
     only its log-probs (which then clear logprob_max_abs_min) left its entropy fp32-exact (0 = no bound)."""
     entropy_median_abs_max: float | None = None
     """Absolute lane against the fp32 reference only (no baseline): upper bound on the before-training entropy
-    median |Δ|. Entropy rounded to this dtype moves by ~a quarter of an ulp (~8e-3 in bf16 at 2-5.5 nats),
-    arithmetic in it by far less (the three-way lane sees the same through the ratio)."""
+    median |Δ|. Entropy rounded to this dtype moves by about a quarter of an ulp, arithmetic in it by far less
+    (the three-way lane sees the same through the ratio)."""
     ratio_median_min: float | None = None
     """Three-way lane: LOWER bound on candidate-error / baseline-error (median |Δ|) of log-probs and entropy. An
-    output computed in fp32 and left unrounded is ~1000x closer to fp32 than the low-precision baseline; rounded
-    to the dtype it is too far (entropy: 13-52x the baseline's error, past ratio_median)."""
-    group_grad_norm_rel: float | None = None
-    """rtol of the per-group pre-clip grad norm check (None = groups not compared in this dtype)."""
-    group_grad_norm_atol: float = 1e-6
-    """atol of the same check as a FRACTION of the reference's global grad norm at that step, so a group with
-    almost no gradient (a norm weight of a layer the loss barely reaches) does not turn rounding into a FAIL."""
-    loss_rel_updated: float | None = None
-    """rtol of the loss check at steps after the first optimizer update (None = loss_rel): a low-precision run
-    rounds the update itself, so from step 2 on its loss and grad norm carry that rounding too."""
-    loss_atol_updated: float | None = None
-    grad_norm_rel_updated: float | None = None
-    grad_norm_atol_updated: float | None = None
-    expert_load_abs: float | None = None
-    """Opt-in (None = not compared): tokens per expert per MoE layer and step, max |Δ| (harness/judge/loads.py)."""
-    loss_rel_per_step: float = 0.0
-    """The band of a long run: rtol added per step after the first to the loss check's (rtol(k) = rtol + (k - 1) x
-    this). Rounding differences compound over updates; a long lane calibrates it over seeds (`parity calibrate`,
-    docs/tolerances.md "The long lane"). 0: every step keeps the same limit."""
-    grad_norm_rel_per_step: float = 0.0
-    """The same band for the pre-clip grad norm (the quantity whose error grows most: late in a run the gradient is
-    a small difference of large terms)."""
-    group_grad_norm_rel_per_step: float = 0.0
-    """The same band for the per-module grad norms."""
-    ratio_step_median: float | None = None
-    """Three-way lane, opt-in (long runs): limit on the candidate's per-step loss / grad-norm relative error over
-    the baseline's, each a median over `ratio_step_window` steps (harness/judge/curves.py)."""
-    ratio_step_window: int = 10
-    """Steps per window of ratio_step_median."""
-    lr_rel: float = 1e-6
-    """The learning rate each step ran at (read back from the engine's optimizer) against the workload's schedule,
-    |Δ| / lr: schedulers compute it in Python floats (double), so only a schedule followed differently moves it."""
+    output computed in fp32 and left unrounded is far closer to fp32 than the low-precision baseline; rounded to
+    the dtype it is too far (past ratio_median)."""
+
+    @model_validator(mode="after")
+    def _complete(self) -> Limits:
+        if unset := [name for name in self.ALWAYS if getattr(self, name) is None]:
+            raise ValueError(f"a lane's limits must set {', '.join(unset)}")
+        return self
 
     def step_tolerance(self, name: str, step: int) -> tuple[float, float]:
         """(rtol, atol) of the per-step `loss` or `grad_norm` check at `step` (1-based)."""
@@ -91,45 +61,34 @@ def _given(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
-# per-group pre-clip grad norms, fp32: worst clean relative difference over the default matrix in
-# docs/tolerances.md; 1e-4 sits above it with the margin stated there.
+# Why each number is what it is (the clean runs and injected faults each sits between, over how many seeds and
+# rows) is in docs/tolerances.md, measured by benchmarks/seed_scan.py, rejudge.py and margins.py.
+_LONG_RUN = {"loss_rel_per_step": 0.0, "grad_norm_rel_per_step": 0.0, "group_grad_norm_rel_per_step": 0.0,
+             "ratio_step_window": 10, "lr_rel": 1e-6}
+"""Every lane: no band (a scenario's long rows set theirs, calibrated: docs/tolerances.md), ratio windows of 10
+steps, and the schedule followed to double precision (schedulers compute the lr in Python floats)."""
 GROUP_RTOL_FP32 = 1e-4
-# fp32 candidate vs fp32 reference on CPU, worst over the default matrix (fsdp2 and megatron, 46 scenarios):
-# 2.4e-6 max / 6.3e-7 mean |dlogp|, 4.2e-7 loss and 4.1e-7 grad-norm relative difference. Limits sit 8-120x above
-# the worst clean run and >= 490x below the smallest injected fault (docs/tolerances.md).
+"""rtol of the per-group pre-clip grad norm check in fp32 (not compared in low precision)."""
 FP32 = Limits(logprob_max_abs=5e-5, logprob_mean_abs=5e-6, logprob_p99_abs=2e-5, kl_k3=1e-9,
               loss_rel=2e-5, grad_norm_rel=5e-5, loss_atol=1e-6, grad_norm_atol=1e-6, ratio_median=3.0,
-              group_grad_norm_rel=GROUP_RTOL_FP32)
-# atol: a GRPO step-1 loss is a sum of +-advantage terms that can cancel to ~1e-5 (workload seeds in
-# benchmarks/seed_scan.py); the fp32 error of such a loss is absolute (~1e-8), so a purely relative check FAILed
-# clean runs at rel 1e-4..1.3e-3. 1e-6 sits well above every clean absolute error measured and far below the
-# smallest loss fault (docs/tolerances.md).
-# bf16/fp16 candidate vs the fp32 reference: the absolute bar, in the three-way lane too. Measured over 420 clean
-# runs (the 7 bf16 rows of scenarios/cpu.yaml x workload seeds 1..30 and 101..130, benchmarks/seed_scan.py): worst
-# log-prob max |Δ| 0.88, p99 0.60, mean 0.073, KL 0.0107 (tiny-mixtral: top-k routing flips move whole tokens, a
-# heavy tail), step-1 loss rel 7e-5 and pre-clip grad norm rel 0.047; after the first update the weights carry
-# bf16's rounding of it, so steps >= 2 reached loss rel 0.28 (|Δ| 0.015) and grad norm rel 0.32. Limits sit
-# 1.3-1.9x above the worst; seeds 131..150 (140 runs, not used to set them) are the check. The sensitive check of
-# the lane is the median ratio (docs/tolerances.md, "The bf16 lane over seeds").
+              group_grad_norm_rel=GROUP_RTOL_FP32, group_grad_norm_atol=1e-6, **_LONG_RUN)
+"""fp32 candidate vs the fp32 reference on CPU. The loss atol: a GRPO step-1 loss is a sum of +-advantage terms
+that can cancel to almost nothing, and its fp32 error is absolute, so a purely relative check would fail clean
+runs."""
 LOW_PRECISION = Limits(logprob_max_abs=1.5, logprob_mean_abs=0.12, logprob_p99_abs=1.0, kl_k3=0.02,
                        loss_rel=2e-2, grad_norm_rel=0.1, loss_atol=2e-3, grad_norm_atol=2e-3, ratio_median=4.0,
-                       loss_rel_updated=0.2, loss_atol_updated=1e-2, grad_norm_rel_updated=0.5)
-# Lower bounds: every clean bf16 forward measured 8.7e-3 .. 0.66 max |dlogp| before training (the 420 runs above;
-# hf autocast and master weights, fsdp2, megatron; 5 tiny models), an fp32 one ~1e-6; 1e-3 sits 8.7x below the
-# first and 1000x above the second. fp16's unit roundoff is 8x smaller than bf16's, so its bound is 8x lower (not
-# measured on CPU).
-# What rounding cannot fake (docs/tolerances.md, "Precision that rounding cannot fake"; benchmarks/rejudge.py over
-# 126 clean bf16 runs, seeds 1-15 and 131-133): the entropy before training was at least 5.7e-4 from fp32 (max
-# |Δ|) in every clean run, 0 when computed in fp32 and left unrounded; the median error ratio to the bf16 baseline
-# was at least 0.41 on every phase, 0 for fp32 left unrounded (before training), and 13-35 on entropy for fp32
-# rounded to bf16 (past ratio_median); without a baseline, the entropy median |Δ| before training was at most 5.7e-4
-# in every clean run, 7.6e-3-8.6e-3 rounded. fp16's bounds are bf16's over its 8x smaller unit roundoff (not
-# measured).
+                       loss_rel_updated=0.2, loss_atol_updated=1e-2, grad_norm_rel_updated=0.5,
+                       group_grad_norm_atol=1e-6, **_LONG_RUN)
+"""bf16 / fp16 candidate vs the fp32 reference: the absolute bar, in the three-way lane too (whose sensitive check
+is the median ratio). After the first update the weights carry the dtype's rounding of it, so steps >= 2 have
+their own, wider loss and grad-norm limits."""
 DEFAULTS = {"fp32": FP32,
-            "bf16": replace(LOW_PRECISION, logprob_max_abs_min=1e-3, entropy_max_abs_min=5e-5,
-                            entropy_median_abs_max=2e-3, ratio_median_min=0.1),
-            "fp16": replace(LOW_PRECISION, logprob_max_abs_min=1.25e-4, entropy_max_abs_min=6.25e-6,
-                            entropy_median_abs_max=2.5e-4, ratio_median_min=0.1)}
+            "bf16": LOW_PRECISION.model_copy(update={"logprob_max_abs_min": 1e-3, "entropy_max_abs_min": 5e-5,
+                                                     "entropy_median_abs_max": 2e-3, "ratio_median_min": 0.1}),
+            "fp16": LOW_PRECISION.model_copy(update={"logprob_max_abs_min": 1.25e-4, "entropy_max_abs_min": 6.25e-6,
+                                                     "entropy_median_abs_max": 2.5e-4, "ratio_median_min": 0.1})}
+"""Per dtype. The lower bounds prove the run computed in its dtype (what rounding the outputs alone cannot fake:
+docs/tolerances.md); fp16's are bf16's over its 8x smaller unit roundoff."""
 
 #: below this, a baseline's log-prob / entropy error counts as this much (a near-exact baseline must not turn
 #: noise into a huge ratio).
@@ -137,7 +96,5 @@ RATIO_FLOOR_ABS = 1e-4
 
 
 def limits_for(dtype: str, override: Tolerance) -> Limits:
-    base = DEFAULTS[dtype]
-    given = {f.name: getattr(override, f.name, None) for f in fields(Limits)}
-    values = {name: value if value is not None else getattr(base, name) for name, value in given.items()}
-    return Limits(**values)
+    """The dtype's limits with the scenario's `tolerance:` overrides (its fields that are set)."""
+    return DEFAULTS[dtype].model_copy(update=override.model_dump(exclude_none=True))

@@ -114,7 +114,7 @@ def root_cause_first(deaths: list[Death]) -> list[Death]:
 
 
 def describe(deaths: list[Death]) -> str:
-    """'rank 1 died first: killed by SIGSEGV (signal 11); then rank 0: RuntimeError: ... (0.01 s later)'."""
+    """'rank 1 died first: killed by SIGSEGV (signal 11); then rank 0: RuntimeError: ... (<delay> s later)'."""
     cause, *rest = deaths
     text = f"rank {cause.rank} died first: {cause.detail}"
     for death in rest:

@@ -2,8 +2,8 @@
 
 Two launchers, one rank body (`parity.harness.run.worker.run_rank`):
 - `ForkedLauncher` (default on one node): ranks are forked from a forkserver that imported torch,
-  transformers (and megatron.core) ONCE, so a scenario costs a fork, not a 5-10 s interpreter start. The
-  rendezvous is a TCPStore the parent binds on port 0: no fixed port, no race.
+  transformers (and megatron.core) ONCE, so a scenario costs a fork, not an interpreter start
+  (benchmarks/launch_overhead.py). The rendezvous is a TCPStore the parent binds on port 0: no fixed port, no race.
 - `TorchrunLauncher` (multi-node, or `--launcher torchrun`): one torchrun per node with c10d rendezvous.
 A rank that fails ends the run at once (its peers are killed, not left in a collective), and the error names the
 rank that died first (parity.harness.run.deaths); a run past its timeout is killed with every process of its
@@ -27,41 +27,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from parity.harness.config.paths import JOB
 from parity.harness.contract.schema import Layout
 from parity.harness.run.deaths import Ending, describe, finished, rank_deaths
 from parity.harness.run.worker import RunJob, die_with_parent, exit_after, run_rank
 
 LaunchStatus = Literal["ok", "error", "timeout"]
 POLL_S = 0.02
-
-
-class Interrupted(BaseException):
-    """SIGTERM / SIGINT reached the harness. A BaseException, so per-scenario isolation (`except Exception`) does
-    not swallow it: the launchers' `finally` kill the ranks, the runner records the scenario and stops."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def interrupt_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGINT into `Interrupted` in the main thread for the duration (no-op elsewhere)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,9 +165,9 @@ _expected: list[str] = []
 
 def expect_preload(modules: Sequence[str]) -> None:
     """Modules later launches of this process will ask for. A forkserver this process starts imports them too, so
-    the first one serves every later launch instead of being replaced by a bigger one (each start preloads for
-    ~6 s). The pytest plugin says what the session's scenario items need before any test launches: a test that
-    runs an hf row first would otherwise start a server the Megatron rows must replace."""
+    the first one serves every later launch instead of being replaced by a bigger one (each start imports the
+    whole preload again). The pytest plugin says what the session's scenario items need before any test launches:
+    a test that runs an hf row first would otherwise start a server the Megatron rows must replace."""
     _expected[:] = list(dict.fromkeys([*_expected, *modules]))
 
 
@@ -203,7 +175,7 @@ def _ensure_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> N
     """A running forkserver that imported every module of `preload` and no module under a top-level name in
     `exclude`. One that does not (started by another launcher of this process, e.g. for hf rows only after an
     in-process `parity run` closed the first server, or one holding megatron when MindSpeed must patch it first)
-    is restarted with `preload`: otherwise every Megatron rank imports megatron.core itself (~3 s a rank)."""
+    is restarted with `preload`: otherwise every Megatron rank imports megatron.core itself."""
     global _server
     from multiprocessing import forkserver
 
@@ -230,7 +202,7 @@ def _ensure_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> N
 
 def start_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> None:
     """Start the warm forkserver now rather than at the first launch, so that its imports (torch, transformers,
-    megatron.core: ~5 s) run on another core while the caller imports the runner and the judge (torch, ~2.5 s).
+    megatron.core) run on another core while the caller imports the runner and the judge (torch).
     Returns at once; the first launch waits for the server if it is still importing."""
     _ensure_forkserver(preload, exclude)
 
@@ -239,7 +211,7 @@ def start_forkserver(preload: Sequence[str], exclude: Sequence[str] = ()) -> Non
 def _main_module_hidden() -> Iterator[None]:
     """While ranks start, the caller's __main__ has neither a file nor a module name, so multiprocessing does not
     make each rank import it again (as __mp_main__): a rank needs only parity's own importable modules, and under
-    `parity run` that import (the CLI, the reports, matplotlib) cost every scenario ~1 s of its ~2. The
+    `parity run` that import (the CLI, the reports, matplotlib) would be a large share of every tiny scenario. The
     forkserver's own '__main__' preload cannot help: CPython 3.11's forkserver looks for a 'main_path' key that
     spawn.get_preparation_data never writes."""
     main = sys.modules["__main__"]
@@ -352,7 +324,7 @@ class TorchrunLauncher:
 
     def launch(self, job: RunJob, layout: Layout, timeout_s: float) -> LaunchResult:
         record_dir = _fresh_record_dir(job)
-        job_file = record_dir / "job.json"
+        job_file = record_dir / JOB
         job.to_file(job_file)
         port = self.master_port or free_port()
         commands = torchrun_commands(layout, job_file, self.master_addr, port, job.run_id.replace("/", "_"))

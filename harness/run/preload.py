@@ -18,7 +18,7 @@ BASE = ("parity.harness.run.rank_warnings", "torch", "parity.harness.run.worker"
 
 def planned_here(scenarios: Iterable[Scenario]) -> tuple[list[EngineSpec], list[str]]:
     """Engine specs and models of the scenarios that can run here: a skipped MindSpeed row would otherwise keep
-    megatron out, and every Megatron rank would import it (~3 s)."""
+    megatron out, and every Megatron rank would import it itself."""
     runnable = [s for s in scenarios if skip_reason(s) is None]
     specs = list({spec.name: spec for spec in map(spec_for, runnable)}.values())
     return specs, list(dict.fromkeys(s.model for s in runnable))

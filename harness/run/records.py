@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 import torch
 
+from parity.harness.config.paths import RECORD, TENSORS
+
 RunStatus = Literal["ok", "error", "timeout", "skipped"]
 
 
@@ -76,17 +78,17 @@ class RunRecord:
         if self.tensors:
             from safetensors.torch import save_file
 
-            save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(directory / "tensors.safetensors"))
-        tmp = directory / "record.json.tmp"
+            save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(directory / TENSORS))
+        tmp = directory / f"{RECORD}.tmp"
         tmp.write_text(json.dumps(self.metrics_dict(), indent=1, default=str))
-        tmp.replace(directory / "record.json")
+        tmp.replace(directory / RECORD)
 
     @classmethod
     def load(cls, directory: Path) -> RunRecord:
-        data = json.loads((directory / "record.json").read_text())
+        data = json.loads((directory / RECORD).read_text())
         data["steps"] = [StepRecord(**s) for s in data.get("steps", [])]
         record = cls(**data)
-        tensor_file = directory / "tensors.safetensors"
+        tensor_file = directory / TENSORS
         if tensor_file.is_file():
             from safetensors.torch import load_file
 

@@ -19,10 +19,10 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from parity.harness.config.paths import RECORD, RECORD_FILES
 from parity.harness.run.records import RunRecord
 
 SUMS = "cache.sha256.json"
-STORED = ("record.json", "tensors.safetensors")
 
 
 def _sha256(path: Path) -> str:
@@ -41,7 +41,7 @@ def problem(directory: Path) -> str | None:
         return f"no {SUMS} (written by an older harness, or the write was cut off)"
     except (OSError, ValueError) as exc:
         return f"{SUMS} unreadable: {exc}"
-    for name in STORED:
+    for name in RECORD_FILES:
         path = directory / name
         if name not in sums:
             return f"{SUMS} lists no {name}"
@@ -93,9 +93,9 @@ def get_or_compute(directory: Path, compute: Callable[[Path], RunRecord]) -> Run
         shutil.rmtree(private, ignore_errors=True)
         record = compute(private)
         if record.ok:
-            if not (private / "record.json").is_file():  # the record the caller got was not saved there
+            if not (private / RECORD).is_file():  # the record the caller got was not saved there
                 record.save(private)
-            sums = {name: _sha256(private / name) for name in STORED if (private / name).is_file()}
+            sums = {name: _sha256(private / name) for name in RECORD_FILES if (private / name).is_file()}
             (private / SUMS).write_text(json.dumps(sums, indent=1))
             shutil.rmtree(directory, ignore_errors=True)
             private.rename(directory)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from parity.harness.config import paths
 from parity.harness.contract.schema import Scenario
 from parity.harness.run.records import RunRecord
 from parity.harness.run.worker import Stage
@@ -21,27 +22,28 @@ Launch = Callable[[Scenario, str, Path, Stage | None], RunRecord]
 def checkpointed_run(launch: Launch, scenario: Scenario, record_dir: Path) -> tuple[RunRecord, RunRecord | None]:
     """The candidate record of a resume / convert scenario, and for a resume the uninterrupted run's record (None
     otherwise). A part that fails is returned as the candidate (the run ERRORs naming it)."""
-    for stale in record_dir.glob("checkpoint_*"):  # an earlier run's: a save never lands in another's files
+    for stale in record_dir.glob(paths.CHECKPOINTS):  # an earlier run's: a save never lands in another's files
         shutil.rmtree(stale, ignore_errors=True)
-    shutil.rmtree(record_dir / "converted_hf", ignore_errors=True)
-    convert_to = str(record_dir / "converted_hf") if scenario.convert else None
-    final = str(record_dir / "checkpoint_final") if scenario.convert else None
+    shutil.rmtree(record_dir / paths.CONVERTED_HF, ignore_errors=True)
+    convert_to = str(record_dir / paths.CONVERTED_HF) if scenario.convert else None
+    final = str(paths.checkpoint_dir(record_dir)) if scenario.convert else None
+    first_part, second_part, whole_part = paths.STAGE_PARTS
     if scenario.resume is None:
         whole = launch(scenario, scenario.id, record_dir, Stage(save_to=final, convert_to=convert_to))
         return whole, None
     after = scenario.resume.after
-    saved = record_dir / f"checkpoint_step{after}"
-    first = launch(scenario, f"{scenario.id}@steps1-{after}", record_dir / "part1",
+    saved = paths.checkpoint_dir(record_dir, after)
+    first = launch(scenario, f"{scenario.id}@steps1-{after}", record_dir / first_part,
                    Stage(last_step=after, save_to=str(saved)))
     if not first.ok:
         return _named(first, f"steps 1-{after} (before the checkpoint)"), None
     continued = scenario.model_copy(update={"layout": scenario.resume_layout})
-    second = launch(continued, f"{scenario.id}@steps{after + 1}-", record_dir / "part2",
+    second = launch(continued, f"{scenario.id}@steps{after + 1}-", record_dir / second_part,
                     Stage(first_step=after + 1, load_from=str(saved), save_to=final, convert_to=convert_to))
     if not second.ok:
         return _named(second, f"steps {after + 1}-{scenario.workload.steps} (resumed from the checkpoint)"), None
     plain = scenario.model_copy(update={"resume": None, "convert": False})
-    uninterrupted = launch(plain, f"{scenario.id}@uninterrupted", record_dir / "uninterrupted", None)
+    uninterrupted = launch(plain, f"{scenario.id}@uninterrupted", record_dir / whole_part, None)
     if not uninterrupted.ok:
         return _named(uninterrupted, "the uninterrupted run"), None
     return merged(first, second), uninterrupted

@@ -74,7 +74,7 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
     from parity.harness.config import devices
     from parity.harness.config.flops import train_flops_per_token
     from parity.harness.config.models import ensure_checkpoint, model_shape
-    from parity.harness.config.registry import load_engine_class
+    from parity.harness.config.registry import REFERENCE, load_engine_class
     from parity.harness.contract.engine import EngineContext
     from parity.harness.contract.workload import build_batch, shift_masks
     from parity.harness.run.records import RunRecord, StepRecord
@@ -169,7 +169,7 @@ def save_and_convert(engine: Any, stage: Stage, old_logprobs: Any, ctx: Any, bat
     import torch
     import torch.distributed as dist
 
-    from parity.harness.config.registry import load_engine_class
+    from parity.harness.config.registry import REFERENCE, load_engine_class
     from parity.harness.contract.engine import EngineContext
     from parity.harness.contract.faults import FaultPlan
     from parity.harness.contract.schema import Layout
@@ -186,7 +186,7 @@ def save_and_convert(engine: Any, stage: Stage, old_logprobs: Any, ctx: Any, bat
         hf_dir = Path(stage.convert_to)
         type(engine).convert_checkpoint(directory, hf_dir, ctx.checkpoint, ctx.faults)
         scenario = ctx.scenario
-        hf_run = Scenario(model=str(hf_dir), strategy="hf", workload=scenario.workload.padded(), dtype="fp32",
+        hf_run = Scenario(model=str(hf_dir), strategy=REFERENCE.name, workload=scenario.workload.padded(), dtype="fp32",
                           device=scenario.device, layout=Layout())
         hf_ctx = EngineContext(scenario=hf_run, checkpoint=hf_dir, rank=0, world_size=1, local_rank=ctx.local_rank,
                                device=ctx.device, faults=FaultPlan())

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from parity.harness.config.paths import RECORD, record_dir
+
 SRC_VAR = "PARITY_MINDSPEED_SRC"
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "tests" / "emulated_npu" / "site"
@@ -61,7 +63,7 @@ def results(out: Path) -> dict[str, dict[str, Any]]:
     path = out / "results.jsonl"
     for line in path.read_text().splitlines() if path.is_file() else []:
         row = json.loads(line)
-        record = out / "records" / row["id"].replace("/", "__") / "record.json"
+        record = record_dir(out, row["id"]) / RECORD
         row["record"] = json.loads(record.read_text()) if record.is_file() else None
         found[row["id"]] = row
     return found

@@ -1,7 +1,8 @@
 """The emulated torch_npu's op tests (emulated_ops_cases.py) run in their OWN pytest, in a process of its own:
 importing the emulation registers 'npu' as torch's PrivateUse1 device and patches FSDP's mesh-device lookup, which
 no fixture can undo, and no other test of this suite may run under a patched torch. The process is forked from the
-session's forkserver (tests/forked.py): a fresh interpreter spent ~8 s of its ~13 importing torch and pytest."""
+session's forkserver (tests/forked.py): a fresh interpreter would spend most of its time importing torch and
+pytest."""
 
 from __future__ import annotations
 

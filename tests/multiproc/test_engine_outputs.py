@@ -11,7 +11,7 @@ def scenario(engine: str) -> Scenario:
 
 
 def test_tensor_scalars_pass_and_a_wrong_shape_errors_without_stopping_the_run(runner):
-    flat, tensors = runner.run([scenario("FlatLogprobEngine"), scenario("TensorStepEngine")])
+    flat, tensors = (runner.run_scenario(scenario(name)) for name in ("FlatLogprobEngine", "TensorStepEngine"))
     assert flat.status == "ERROR"
     assert "Engine.forward (before training): logprobs has shape [64], expected [B, R] = [4, 16]" in flat.reasons[0]
     assert tensors.status == "PASS", tensors.reasons

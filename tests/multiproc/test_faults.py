@@ -9,8 +9,8 @@ import re
 import pytest
 
 from parity.harness.config.matrix import load_file
+from parity.harness.config.paths import record_dir
 from parity.harness.run.records import RunRecord
-from parity.harness.runner import slug
 from tests.conftest import DATA
 
 SCENARIOS = {s.id: s for s in load_file(DATA / "faults.yaml")}
@@ -137,7 +137,7 @@ def test_group_norms_add_up_to_the_global_norm(runner, clean_id):
     replicas once), so their root-sum-square is the engine's own pre-clip global norm, and the reference's too."""
     verdict = runner.run_scenario(SCENARIOS[clean_id])
     assert verdict.status == "PASS", verdict.reasons
-    candidate = RunRecord.load(runner.options.out_dir / "records" / slug(clean_id))
+    candidate = RunRecord.load(record_dir(runner.options.out_dir, clean_id))
     reference = runner._reference(SCENARIOS[clean_id])
     assert candidate.optimizer_steps == reference.optimizer_steps == len(candidate.steps) == 2
     for step in candidate.steps + reference.steps:
@@ -153,7 +153,7 @@ def test_packed_records_name_the_data_path_that_ran(runner, clean_id):
     through the CPU THD core attention, with its tp·cp·2 alignment and, for MoE, padding marked for the routers."""
     verdict = runner.run_scenario(SCENARIOS[clean_id])
     assert verdict.status == "PASS", verdict.reasons
-    path = RunRecord.load(runner.options.out_dir / "records" / slug(clean_id)).provenance["data_path"]
+    path = RunRecord.load(record_dir(runner.options.out_dir, clean_id)).provenance["data_path"]
     assert path["packing"] == "packed"
     if "/fsdp2/" in clean_id:
         assert path["attention"] == "sdpa" and path["attention_mask"].startswith("none"), path
@@ -170,7 +170,7 @@ def test_schedule_rows_read_the_schedule_back_at_every_step(runner, clean_id):
     a converted run scored its converted checkpoint."""
     verdict = runner.run_scenario(SCENARIOS[clean_id])
     assert verdict.status == "PASS", verdict.reasons
-    record = RunRecord.load(runner.options.out_dir / "records" / slug(clean_id))
+    record = RunRecord.load(record_dir(runner.options.out_dir, clean_id))
     assert [len(step.lr or []) for step in record.steps] == [2, 2, 2, 2]
     assert [step.lr[0] for step in record.steps] == pytest.approx([0.0, 5e-5, 1e-4, 5.5e-5])
     assert record.optimizer_steps == 4

@@ -37,8 +37,8 @@ def _alive(pid: int) -> bool:
 def test_crash_and_hang_are_contained(write_yaml, tmp_path, cache_dir):
     path = write_yaml(MIXED)
     out = tmp_path / "out"
-    # `parity run` in-process, on the session's warm forkserver (a fresh interpreter costs ~8 s; the CLI as a
-    # process is tested by test_cli, test_bad_input and test_signals)
+    # `parity run` in-process, on the session's warm forkserver (a fresh interpreter would import torch again; the
+    # CLI as a process is tested by test_cli, test_bad_input and test_signals)
     assert main(["run", str(path), "--out", str(out), "--cache-dir", str(cache_dir)]) == 1
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     verdicts = {r["id"]: r for r in lines}
@@ -80,7 +80,7 @@ def test_the_rank_that_died_first_is_named_first_with_its_signal(runner, engine)
 def test_forked_launcher_kills_hung_ranks(runner, write_yaml):
     from parity.harness.config.matrix import load_file
 
-    scenario = load_file(write_yaml(MIXED))[2].model_copy(update={"timeout": 2})  # killed at 2 s, not later
+    scenario = load_file(write_yaml(MIXED))[2].model_copy(update={"timeout": 2})  # killed at its timeout, not later
     record = runner.execute(scenario, "hang-direct", runner.options.out_dir / "hang-direct")
     assert record.status == "timeout"
     assert 2 <= record.wall_time_s < 14
@@ -183,8 +183,8 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("mode", ["hidden", "plain"])
 def test_ranks_start_without_importing_the_callers_main_module(tmp_path, mode):
     """multiprocessing makes every forkserver child import the parent's __main__ again; under `parity run` that
-    is the CLI with the reports and matplotlib: ~1 s of a tiny scenario's ~2 (per-run overhead 1.0 -> 0.1 s).
-    The plain start shows the probe sees the import."""
+    is the CLI with the reports and matplotlib, most of a tiny scenario's overhead. The plain start shows the probe
+    sees the import."""
     script, marker = tmp_path / "main.py", tmp_path / "imported"
     script.write_text(MAIN_SCRIPT)
     result = subprocess.run([sys.executable, str(script), str(marker), mode], capture_output=True, text=True,

@@ -1,6 +1,6 @@
 """The pytest plugin, driven through pytester as a user's `pytest -m nightly` would be: in this process (a nested
-session costs ~0.3 s, a pytest process ~1.5 s before it collects anything); pytest as a process, signalled
-mid-scenario, is tested by test_signals."""
+session is far cheaper than a pytest process, which imports everything before it collects anything); pytest as a
+process, signalled mid-scenario, is tested by test_signals."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ def _project(pytester, cache_dir: Path) -> None:
 
 
 def test_collects_one_item_per_scenario_with_marks(pytester, cache_dir, monkeypatch):
-    from parity.harness import pytest_plugin
+    from parity.harness import session as session_module
 
     _project(pytester, cache_dir)
     started = []
-    monkeypatch.setattr(pytest_plugin, "start_forkserver", lambda *server: started.append(server))
+    monkeypatch.setattr(session_module, "start_forkserver", lambda *server: started.append(server))
     result = pytester.runpytest_inprocess("-m", "nightly", "--collect-only", "-q")
     result.stdout.fnmatch_lines([
         "scenarios/cpu.yaml::tiny-qwen3/fsdp2/dp2/fp32/cpu",
@@ -43,6 +43,7 @@ def test_collects_one_item_per_scenario_with_marks(pytester, cache_dir, monkeypa
 
 def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatch):
     from parity.harness import pytest_plugin
+    from parity.harness import session as session_module
     from parity.harness.run import launch
 
     _project(pytester, cache_dir)
@@ -57,9 +58,9 @@ def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatc
         launch.start_forkserver(preload, exclude)
         started.append((preload, len(collected), launch._server[0]))
 
-    monkeypatch.setattr(pytest_plugin, "start_forkserver", start)
-    # the nested session runs its scenarios on this session's warm forkserver (a pytest process spends ~6 s
-    # starting one)
+    monkeypatch.setattr(session_module, "start_forkserver", start)
+    # the nested session runs its scenarios on this session's warm forkserver (a pytest process would start its
+    # own)
     result = pytester.runpytest_inprocess("-m", "nightly", f"--junitxml={junit}", "--parity-out=out")
     result.assert_outcomes(passed=1, failed=1, skipped=2)
     result.stdout.fnmatch_lines([
@@ -130,10 +131,10 @@ def test_the_forkserver_guess_reads_the_scenario_files_pytest_will_collect(tmp_p
 
 
 def test_an_unusable_parity_out_or_history_is_a_usage_error_not_a_traceback(pytester, cache_dir, monkeypatch):
-    from parity.harness import pytest_plugin
+    from parity.harness import session as session_module
 
     _project(pytester, cache_dir)
-    monkeypatch.setattr(pytest_plugin, "start_forkserver", lambda *server: None)
+    monkeypatch.setattr(session_module, "start_forkserver", lambda *server: None)
     (pytester.path / "taken").write_text("a file")
     bad_out = pytester.runpytest_inprocess("-m", "pr and not npu", "--parity-out=taken")
     assert bad_out.ret == 2 and "--parity-out taken: a file is there" in bad_out.stdout.str()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import shutil
 
+from parity.harness.config.paths import slug
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge.reference import cache_key, reference_scenario
-from parity.harness.options import slug
 from parity.harness.run import ref_cache
 from parity.harness.runner import Runner, RunOptions
 

@@ -90,9 +90,9 @@ def shared_cache(tmp_path_factory, cache_dir) -> Path:
 
 @pytest.fixture(scope="module")
 def started(tmp_path_factory, shared_cache):
-    """Every entry point started at once: each spends most of its 8-19 s importing torch in fresh interpreters and
-    waiting on its ranks, so on 2 cores they overlap (one after the other three took ~37 s); each test then
-    signals its own once its ranks hang. They share one cache that lacks the reference all of them need."""
+    """Every entry point started at once: each spends most of its time importing torch in fresh interpreters and
+    waiting on its ranks, so they overlap instead of running one after the other; each test then signals its
+    own once its ranks hang. They share one cache that lacks the reference all of them need."""
     cache_dir = shared_cache
     runs = {}
     for entry in sorted(COMMANDS):

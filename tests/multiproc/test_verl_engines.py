@@ -34,24 +34,24 @@ def planted(engine: str):
     return VERL[TWIN].model_copy(update={"strategy": None, "engine": engine})
 
 
-def test_clean_twin_passes(runner):
-    verdict = runner.run_scenario(VERL[TWIN])
+def test_clean_twin_passes(verl_runner):
+    verdict = verl_runner.run_scenario(VERL[TWIN])
     assert verdict.status == "PASS", verdict.reasons
     applied = verdict.metrics["applied_kwargs"]["actor_rollout_ref"]
     assert applied == VERL[TWIN].actor_rollout_ref  # every key given came back as given
 
 
 @pytest.mark.parametrize("engine", sorted(PLANTED))
-def test_planted_verl_defect_fails_naming_it(runner, engine):
-    verdict = runner.run_scenario(planted(engine))
+def test_planted_verl_defect_fails_naming_it(verl_runner, engine):
+    verdict = verl_runner.run_scenario(planted(engine))
     assert verdict.status == "FAIL"
     assert any(reason.startswith(PLANTED[engine]) for reason in verdict.reasons), verdict.reasons
     for metric in NUMBERS.get(engine, ()):
         assert any(reason.startswith(metric) for reason in verdict.reasons), verdict.reasons
 
 
-def test_a_crash_inside_verl_is_an_error_with_verls_traceback(runner):
-    verdict = runner.run_scenario(planted("tests.data.planted_verl:CrashesInsideVerl"))
+def test_a_crash_inside_verl_is_an_error_with_verls_traceback(verl_runner):
+    verdict = verl_runner.run_scenario(planted("tests.data.planted_verl:CrashesInsideVerl"))
     assert verdict.status == "ERROR", verdict.reasons
     assert "rank 1" in verdict.reasons[0] and "forward_backward_batch failed on rank 1" in verdict.reasons[0]
     assert "verl/workers/engine/base.py" in verdict.info["log_tail"]  # verl's own frames, in the rank's traceback

@@ -6,7 +6,6 @@ installed (its own lane: verl pins transformers < 5.11)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,16 +39,6 @@ def _megatron_rows() -> list[Scenario]:
     return [s for s in load_file(REPO / "scenarios" / "verl_megatron.yaml") if s.strategy == "verl_megatron"]
 
 
-@pytest.fixture(scope="module")
-def verl_runner(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """A runner planned with the verl rows, so that its forkserver imports verl once, not every rank."""
-    from parity.harness.runner import Runner, RunOptions
-
-    runner = Runner(RunOptions(out_dir=tmp_path_factory.mktemp("verl-out"), cache_dir=cache_dir), _megatron_rows())
-    yield runner
-    runner.close()
-
-
 #: the rows by what tells them apart: the data path, a name, or the layout of the sequence-parallel drop
 ROWS = {"padded": "tiny-qwen3-bf16/verl_megatron/tp2-sp/bf16/cpu+vs-hf_master_weights",
         "packed": "tiny-qwen3-bf16/verl_megatron/tp2-sp/bf16/cpu+packed+vs-hf_master_weights",
@@ -77,13 +66,8 @@ def test_padded_and_keys_rows_pass_with_every_key_read_back(verl_runner) -> None
     assert applied["actor.megatron.use_distributed_optimizer"] is False
 
 
-def test_packed_row_runs_thd_where_the_tree_has_a_thd_core_attention(verl_runner) -> None:
-    from parity.engines.megatron import cp_attention
-
+def test_packed_row_runs_thd_through_the_cpu_thd_core_attention(verl_runner) -> None:
     packed = verl_runner.run_scenario(_row("packed"))
-    if not hasattr(cp_attention, "THDAttention"):
-        assert packed.status == "ERROR" and "THDAttention" in " ".join(packed.reasons), packed.reasons
-        return
     assert packed.status == "PASS", packed.reasons
     assert packed.metrics["applied_kwargs"]["actor_rollout_ref"]["model.use_remove_padding"] is True
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from parity.harness.judge.calibrate import distribution, proposals
+
+pytestmark = pytest.mark.torch_free
 
 
 def test_distribution_and_proposals():

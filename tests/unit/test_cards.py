@@ -21,7 +21,7 @@ def _hold(lock_dir, count, hold_s, queue, total=8):
     lease.release()
 
 
-#: forked holders start within milliseconds of each other (spawned ones ~1 s apart, importing), so a hold of
+#: forked holders start within milliseconds of each other (spawned ones far apart, importing), so a hold of
 #: under a second still makes the third wait
 CONTEXT = multiprocessing.get_context("fork")
 

@@ -13,6 +13,8 @@ from parity.harness.contract.schema import Scenario
 from parity.harness.options import RunOptions
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.torch_free
+
 HEAVY = ("torch", "matplotlib")
 PROBE = """
 import json, sys
@@ -35,10 +37,11 @@ def test_the_cli_and_its_bad_input_import_neither_torch_nor_matplotlib():
 START_PROBE = """
 import sys
 import parity.harness.cli as cli
+import parity.harness.session as session
 def start(preload, exclude=()):
     print("torch imported:", "torch" in sys.modules, "| preload:", " ".join(preload), flush=True)
     raise SystemExit(0)
-cli.start_forkserver = start
+session.start_forkserver = start
 cli.main(["run", "scenarios/cpu.yaml", "-k", "tiny-qwen3/fsdp2/dp2/fp32/cpu", "--out", sys.argv[1]])
 print("never started", flush=True)
 """

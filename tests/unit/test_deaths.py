@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from parity.harness.run.deaths import Death, Ending, describe, done_marker, failure_marker, rank_deaths
+
+pytestmark = pytest.mark.torch_free
 
 T = 1_000_000.0
 
@@ -14,7 +18,8 @@ def _raised(record_dir, rank: int, at: float, message: str) -> None:
 
 
 def test_a_silent_death_seen_just_after_a_peers_exception_is_the_cause(tmp_path):
-    """The launcher sees rank 1's SIGSEGV 3 ms after rank 0 recorded 'Connection reset by peer' (its view lags)."""
+    """The launcher sees rank 1's SIGSEGV milliseconds after rank 0 recorded 'Connection reset by peer' (its view
+    lags)."""
     _raised(tmp_path, 0, T, "RuntimeError: Connection reset by peer")
     deaths = rank_deaths(tmp_path, 2, {0: Ending(T + 0.004, 1), 1: Ending(T + 0.003, -signal.SIGSEGV)})
     assert [(d.rank, d.kind) for d in deaths] == [(1, "signal"), (0, "exception")]
@@ -52,6 +57,7 @@ def test_ranks_the_launcher_killed_itself_are_not_deaths(tmp_path):
 def test_torchrun_s_own_failure_report_names_the_signal_and_the_workers_it_closed(tmp_path):
     """A torchrun worker is not the harness's child: its exit code comes from torchrun's report (rendered here by
     torch's own ChildFailedError), and the workers torchrun closes after the failure are not blamed."""
+    pytest.importorskip("torch", reason="renders torch's own error (the Python 3.10 lane has no torch)")
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
     from parity.harness.run.launch import _RankWatch

@@ -3,6 +3,7 @@ must never import a real torch_npu."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
@@ -46,9 +47,11 @@ def test_npu_emulated_reads_files_without_importing(tmp_path, monkeypatch, emula
     assert "torch_npu" not in sys.modules
 
 
-def test_npu_emulated_is_false_without_any_torch_npu():
-    if "torch_npu" not in sys.modules:
-        assert devices.npu_emulated() is False
+def test_npu_emulated_is_false_without_any_torch_npu(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])  # nowhere to find one, whatever this environment holds
+    assert importlib.util.find_spec("torch_npu") is None
+    assert devices.npu_emulated() is False
 
 
 def test_prepare_rank_on_cpu_seeds_and_returns_cpu(monkeypatch):

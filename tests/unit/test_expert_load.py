@@ -17,16 +17,14 @@ def _record(loads):
 
 
 def test_load_checks_are_opt_in_and_name_layer_expert_and_totals():
-    from dataclasses import replace
-
     ref = _record({"layers.0.mlp": [3.0, 5.0], "layers.1.mlp": [4.0, 4.0]})
     cand = _record({"layers.0.mlp": [3.0, 5.0], "layers.1.mlp": [6.0, 4.0]})  # two padding tokens counted
     assert expert_load_checks(cand, ref, FP32) == []  # not asked for
-    checks = expert_load_checks(cand, ref, replace(FP32, expert_load_abs=0.0))
+    checks = expert_load_checks(cand, ref, FP32.model_copy(update={"expert_load_abs": 0.0}))
     failing = [c.reason() for c in checks if not c.passed]
     assert failing == ["layer 1 mlp expert load max |Δ| (tokens) at step 1 = 2 > limit 0 "
                        "(abs; expert 0: 6 vs 4; totals 10 vs 8)"]
-    silent = expert_load_checks(_record(None), ref, replace(FP32, expert_load_abs=0.0))
+    silent = expert_load_checks(_record(None), ref, FP32.model_copy(update={"expert_load_abs": 0.0}))
     assert [c.passed for c in silent] == [False] and "candidate reports none" in silent[0].note
 
 

@@ -11,10 +11,14 @@ import os
 import random
 from pathlib import Path
 
+import pytest
+
 from parity.harness.cli import main
 from parity.harness.judge.drift import METRICS, change_points, flag_changes
 from parity.reports import history, results
 from tests.unit.report_pages import result
+
+pytestmark = pytest.mark.torch_free
 
 ID = "tiny-qwen3/fsdp2/dp2/fp32/cpu"
 STEP_TIME = next(m for m in METRICS if m.key == "step_time_s")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from parity.reports import html
 from tests.unit.report_pages import RESULTS, Page, missing
+
+pytestmark = pytest.mark.torch_free
 
 
 def test_every_scenario_has_its_row_and_images():

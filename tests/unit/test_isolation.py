@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -10,8 +11,9 @@ import torch
 
 from parity.harness.contract.engine import StepOutput, TokenOutputs
 from parity.harness.contract.schema import Scenario
+from parity.harness.options import RunOptions
 from parity.harness.run.worker import EngineOutputError, checked_step, checked_tokens
-from parity.harness.runner import Runner, RunOptions
+from parity.harness.session import Session
 
 
 def test_step_output_scalars_become_plain_floats():
@@ -62,11 +64,16 @@ def test_unreadable_golden_and_failing_report_error_one_scenario_each(tmp_path):
             raise OSError("disk full")
         reported.append(verdict)
 
-    runner = Runner(RunOptions(out_dir=tmp_path / "out", cache_dir=tmp_path / "cache"))
-    verdicts = runner.run([first, second], on_result)
-    assert [v.status for v in verdicts] == ["ERROR", "ERROR"]
-    assert verdicts[0].reasons == ["error while reporting: OSError: disk full"]
-    assert verdicts[1].reasons[0].startswith(f"reference run error: cannot read golden {tmp_path}/gone")
-    # the scenario whose report failed was reported again, as an ERROR
+    session = Session(RunOptions(out_dir=tmp_path / "out", cache_dir=tmp_path / "cache"), [first, second],
+                      on_result=on_result, figures=False)
+    assert session.run_all([first, second]) is None
+    verdicts = session.results
+    assert [v["verdict"] for v in verdicts] == ["ERROR", "ERROR"]
+    assert verdicts[0]["reasons"] == ["error while reporting: OSError: disk full"]
+    assert verdicts[1]["reasons"][0].startswith(f"reference run error: cannot read golden {tmp_path}/gone")
+    # the scenario whose report failed was reported again, as an ERROR, and written as one
     assert [v.id for v in reported[1:]] == [first.id, second.id]
-    assert runner.run_scenario(first).reasons[0].startswith(f"reference run error: cannot read golden {broken}")
+    assert [json.loads(line)["verdict"] for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()] \
+        == ["ERROR", "ERROR"]
+    assert session.runner.run_scenario(first).reasons[0].startswith(
+        f"reference run error: cannot read golden {broken}")

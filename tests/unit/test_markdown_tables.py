@@ -4,11 +4,14 @@ there), the headline table is narrow and FAIL / ERROR rows come first, SKIPs are
 
 from __future__ import annotations
 
+import pytest
 from markdown_it import MarkdownIt
 
 from parity.reports.markdown import render
 from parity.reports.table import HEADLINE, markdown_table
 from tests.unit.report_pages import RESULTS, result
+
+pytestmark = pytest.mark.torch_free
 
 GFM = MarkdownIt("commonmark").enable("table")
 

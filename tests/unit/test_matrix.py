@@ -9,6 +9,8 @@ import pytest
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.matrix import load_file, load_files
 
+pytestmark = pytest.mark.torch_free
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -55,7 +57,7 @@ def test_shipped_scenario_files_load_with_unique_ids():
 def test_every_golden_the_nightly_names_is_one_goldens_yaml_records():
     """goldens.yml records scenarios/goldens.yaml into directories named by scenario id; a reference that names
     anything else would be a golden nobody makes."""
-    from parity.harness.runner import slug
+    from parity.harness.config.paths import slug
 
     recorded = {slug(s.id) for s in load_files([REPO / "scenarios" / "goldens.yaml"])}
     named = {s.reference.removeprefix("golden:$PARITY_GOLDEN_DIR/") for s in
@@ -83,3 +85,12 @@ def test_content_hash_ignores_marks_but_not_workload(write_yaml):
     a, a2, b = load_file(path)
     assert a.model_copy(update={"name": None}).content_hash() == a2.model_copy(update={"name": None}).content_hash()
     assert a.content_hash() != b.content_hash()
+
+
+def test_the_schema_carries_its_field_docstrings():
+    """The schema's fields are documented by the docstring under each (pydantic's use_attribute_docstrings, 2.7+:
+    under an older pydantic the descriptions are silently empty; the Python 3.10 lane runs at that floor)."""
+    from parity.harness.contract.schema import Scenario, Workload
+
+    assert Scenario.model_fields["model"].description.startswith("Built-in tiny architecture")
+    assert Workload.model_fields["packing"].description

@@ -18,6 +18,8 @@ from tests.conftest import DATA, REPO
 from tests.forked import run_forked
 from tests.unit import memory_probe
 
+pytestmark = pytest.mark.torch_free
+
 CONFIGS = DATA / "configs"
 BIG = {"batch_size": 16, "prompt_len": 512, "response_len": 512, "steps": 3}
 
@@ -92,6 +94,7 @@ def test_estimate_is_the_right_order_of_magnitude_on_cpu():
     minus the process's RSS before the model exists: tiny models are too small for this (their states are KBs
     next to ~0.4 GB of runtime), so a 60 M-parameter Qwen3 (fp32 weights + grads + AdamW ~ 1 GB) is trained two
     steps in a process of its own, forked from the forkserver as ranks are (memory_probe)."""
+    pytest.importorskip("torch", reason="trains a model (the Python 3.10 lane has no torch)")
     numbers = run_forked(memory_probe.measure)
     ratio = numbers["measured"] / numbers["estimated"]
     assert 0.5 < ratio < 2.0, numbers

@@ -12,6 +12,8 @@ from parity.harness.config.errors import ScenarioError
 from parity.harness.config.matrix import load_file
 from tests.conftest import DATA
 
+pytestmark = pytest.mark.torch_free
+
 OLD_FILES = sorted((DATA / "old").glob("*.yaml"))
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from parity.harness.cli import main
+
+pytestmark = pytest.mark.torch_free
 
 TWO_NODE = "matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 16, nodes: 2}, workload: {batch_size: 16}}\n"
 

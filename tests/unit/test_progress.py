@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from parity.reports.progress import RunProgress
+
+pytestmark = pytest.mark.torch_free
 
 RESULTS = [{"id": f"tiny-qwen3/fsdp2/dp2/fp32/cpu+{i}", "verdict": "PASS", "reasons": [],
             "metrics": {"wall_time_s": 1.0}} for i in range(3)]

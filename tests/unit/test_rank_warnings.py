@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.torch_free
+
 SCRIPT = """
 import sys, warnings
 import parity.harness.run.rank_warnings as rank_warnings

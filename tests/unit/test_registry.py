@@ -156,11 +156,13 @@ def test_a_mindspeed_subclass_keeps_megatron_out_of_the_forkserver():
 
     rows = [Scenario(model="tiny-qwen3", strategy="megatron", layout={"tp": 2}),
             Scenario(model="tiny-qwen3", engine="tests.emulated_npu.planted:IgnoresOneKwargEngine", layout={"tp": 2})]
-    preload, excluded = forkserver_preload(rows)
     assert "megatron.core" in forkserver_preload(rows[:1])[0]  # the clean twin: megatron alone preloads it
-    if validate.skip_reason(rows[1]) is None:  # the planted row runs here (the emulated lane)
+    planned = [registry.spec_for(row) for row in rows]  # as the forkserver plans them where both run
+    assert not [m for m in registry.preload_modules(planned) if m.split(".")[0] == "megatron"]
+    assert "megatron" in registry.preload_excludes(planned)
+    if validate.skip_reason(rows[1]) is None:  # and the whole path, where the planted row runs (the emulated lane)
+        preload, excluded = forkserver_preload(rows)
         assert not [m for m in preload if m.split(".")[0] == "megatron"] and "megatron" in excluded
-    assert "megatron" in registry.preload_excludes([registry.spec_for(rows[1])])
 
 
 def test_parity_engines_lists_every_spec(capsys):

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from parity.reports import results
 from parity.reports.markdown import render
 from parity.reports.pivot import strategy_pivot
+
+pytestmark = pytest.mark.torch_free
 
 
 def result(run_id: str, strategy: str, layout: str, value: float, verdict: str = "PASS", **extra) -> dict:

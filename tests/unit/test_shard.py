@@ -10,6 +10,8 @@ from parity.harness.config.matrix import load_file
 from parity.harness.config.selection import DEFAULT_FILES
 from parity.harness.config.shard import Shard, cost, split
 
+pytestmark = pytest.mark.torch_free
+
 
 def test_shards_cover_the_matrix_once_and_evenly():
     scenarios = load_file(DEFAULT_FILES[0])

@@ -10,6 +10,8 @@ import pytest
 from parity.harness.config import devices, registry, validate
 from parity.harness.contract.schema import Scenario
 
+pytestmark = pytest.mark.torch_free
+
 
 def keys(scenario: Scenario) -> list[str]:
     return [key for key, _ in validate.layout_errors(scenario)]
@@ -45,6 +47,7 @@ def test_generic_layout_arithmetic(layout, key):
 def test_packing_comes_from_the_spec_and_frees_the_sequence_arithmetic(monkeypatch):
     """A packed row for an engine that cannot pack is bad input (never a padded run under a +packed id); packed rows
     have no fixed length, so cp 3 needs no 2·cp-divisible sequence (each engine pads its sequences)."""
+    pytest.importorskip("torch", reason="imports a torch engine class (the Python 3.10 lane has no torch)")
     packed = {"packing": "packed"}
     assert keys(Scenario(model="tiny-qwen3", strategy="megatron", layout={"cp": 3}, workload=packed)) == []
     plain = Scenario(model="tiny-qwen3", engine="parity.examples.plain_engine:PlainHFEngine", workload=packed)

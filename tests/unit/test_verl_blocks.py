@@ -20,6 +20,8 @@ from parity.harness.config.verl_config import FAMILIES, _rule, translate
 from parity.harness.contract.config_tree import flatten
 from tests.conftest import DATA
 
+pytestmark = pytest.mark.torch_free
+
 GENERATED = yaml.safe_load((DATA / "verl" / "generated_blocks.yaml").read_text())
 WHERE = {"file": "f.yaml", "scenario": "s"}
 
@@ -198,3 +200,15 @@ def test_every_strategy_family_is_a_harness_engine():
     from parity.harness.config.registry import SPECS
 
     assert set(FAMILIES) <= set(SPECS)
+
+
+@pytest.mark.parametrize(("verl", "strategy"), [
+    ({"actor_rollout_ref.actor.fsdp_config.strategy": "fsdp2", "actor_rollout_ref.actor.fsdp_config.fsdp_size": 2},
+     "fsdp2"),  # the strategy given inside verl's FSDP block
+    ({"actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2}, "megatron"),  # the block's implied engine
+    ({"actor_rollout_ref.actor.optim.lr": 1e-6}, "fsdp2"),  # no engine block: verl's default strategy
+    ({"strategy": "fsdp", "ulysses_sequence_parallel_size": 2}, "fsdp2"),  # verl's name, an alias
+    ({"strategy": "megatron", "device": "npu", "tensor_model_parallel_size": 2}, "mindspeed_megatron"),  # PR #7374
+])
+def test_the_engine_a_verl_block_means_comes_from_the_specs_verl_names(verl, strategy):
+    assert _scenario(verl)["strategy"] == strategy

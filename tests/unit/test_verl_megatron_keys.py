@@ -14,6 +14,8 @@ from parity.engines.verl import keys, rules, source
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.matrix import load_file
 
+pytestmark = pytest.mark.torch_free
+
 
 def _prepare(layout: dict, verl: dict | None = None) -> tuple[dict, list]:
     raw = {"strategy": "verl_megatron", "layout": layout, "actor_rollout_ref": verl or {}}

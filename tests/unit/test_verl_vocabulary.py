@@ -15,6 +15,8 @@ from parity.harness.config.registry import spec_for
 from parity.harness.config.verl_config import vocabulary
 from tests.conftest import DATA
 
+pytestmark = pytest.mark.torch_free
+
 
 def test_mindspeed_mm_is_flagged_then_migrated(tmp_path, capsys):
     path = tmp_path / "mm.yaml"

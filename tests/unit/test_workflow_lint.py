@@ -124,7 +124,7 @@ CONTRACT = {
                          "sets no HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT"),
     "exec_timeout_above_scenarios": ('      HCCL_EXEC_TIMEOUT: "240"\n', '      HCCL_EXEC_TIMEOUT: "300"\n',
                                      "ascend-contract", "HCCL_EXEC_TIMEOUT 300 s is not below the shortest scenario"),
-    # the old 180-minute jobs under 3 x 3600 s of scenarios
+    # the old 180-minute jobs under three hour-long scenarios
     "job_timeout_below_scenarios": ("    timeout-minutes: 200\n", "    timeout-minutes: 60\n", "ascend-contract",
                                     "timeout-minutes 60 is below its"),
     # pip inside the image reaching for PyPI

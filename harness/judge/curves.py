@@ -1,10 +1,10 @@
 """A long run's per-step curves in the three-way lane: the candidate's loss / pre-clip grad-norm error against the
 fp32 reference over the low-precision baseline's, as medians over a window of steps.
 
-One step's ratio is one draw, heavy-tailed over clean runs (docs/tolerances.md), so the judged value at step k is median(candidate's relative errors over steps k-W+1..k) /
-median(the baseline's over the same steps): a defect that lifts the candidate's error over several steps moves the
-median, one noisy step does not. Opt-in per scenario (`tolerance.ratio_step_median`), judged from the W-th step.
-"""
+One step's ratio is one draw, heavy-tailed over clean runs (docs/tolerances.md), so the judged value at step k is
+median(candidate's relative errors over steps k-W+1..k) / median(the baseline's over the same steps): a defect that
+lifts the candidate's error over several steps moves the median, one noisy step does not. Opt-in per scenario
+(`tolerance.ratio_step_median`), judged from the W-th step."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
     from parity.harness.config import devices
     from parity.harness.config.flops import train_flops_per_token
     from parity.harness.config.models import ensure_checkpoint, model_shape
-    from parity.harness.config.registry import REFERENCE, load_engine_class
+    from parity.harness.config.registry import load_engine_class
     from parity.harness.contract.engine import EngineContext
     from parity.harness.contract.workload import build_batch, shift_masks
     from parity.harness.run.records import RunRecord, StepRecord

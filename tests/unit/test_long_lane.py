@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from parity.harness.contract.schema import Tolerance
-from parity.harness.judge.calibrate import band_proposals, distribution, step_envelopes
+from parity.harness.contract.schema import Scenario, Tolerance
+from parity.harness.judge.calibrate import band_proposals, distribution, seeded, step_envelopes
 from parity.harness.judge.curves import STEP_RATIO_FLOOR, step_ratio_checks, windowed_ratios
 from parity.harness.judge.tolerances import FP32, limits_for
 
@@ -67,4 +67,16 @@ def test_the_windowed_ratio_is_judged_only_where_a_scenario_asks_and_names_the_s
     opted = limits_for("bf16", Tolerance(ratio_step_median=4.0))
     checks, _ = step_ratio_checks("grad_norm", candidate, baseline, opted)
     failing = [c.reason() for c in checks if not c.passed]
-    assert failing[0].startswith("pre-clip grad norm rel diff ratio to baseline (median over 10 steps) at step 17 = 4.5 > limit 4")
+    assert failing[0].startswith(  # steps 8-12 at 0.01, 13-17 at 0.08: the window's median is 0.045
+        "pre-clip grad norm rel diff ratio to baseline (median over 10 steps) at step 17 = 4.5 > limit 4")
+
+
+def test_calibration_runs_each_clean_scenario_at_its_own_seed_and_the_others():
+    """The matrix's own run is one the limits must hold for: calibrating over seeds 0..N-1 alone once missed the
+    default seed's outlier of a long row."""
+    plain = Scenario(model="tiny-qwen3", strategy="hf")
+    at_one = Scenario(model="tiny-qwen3", strategy="hf", workload={"seed": 1}, name="one")
+    faulty = Scenario(model="tiny-qwen3", strategy="hf", faults=[{"kind": "grad_scale", "factor": 2.0}])
+    runs = [(s.id, s.workload.seed) for s in seeded([plain, at_one, faulty], 3)]
+    assert runs == [(plain.id, 1234), (at_one.id, 1), (plain.id, 0), (at_one.id, 0), (plain.id, 1), (plain.id, 2),
+                    (at_one.id, 2)]

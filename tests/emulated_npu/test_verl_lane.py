@@ -53,3 +53,15 @@ def test_records_show_verls_mindspeed_engine_on_mindspeeds_fused_attention(
         # mbridge's TE spec, built from MindSpeed's TE stand-ins
         assert all(c.startswith("mindspeed.") for c in mindspeed["attention"]["linear_qkv"]), mindspeed
 
+
+
+def test_packed_cp2_runs_mindspeeds_ring_attention_on_verls_split(verl_rows: dict[str, dict[str, Any]]) -> None:
+    """The packed cp2 row PASSes because MindSpeed's ring attention (megatron_cp_algo) takes verl's per-sequence
+    split: the record must show that attention ran, not a gather fallback."""
+    rows = {k: v for k, v in verl_rows.items() if "/cp2/" in k and v["verdict"] != "SKIP"}
+    assert len(rows) == 1, sorted(verl_rows)
+    for scenario_id, row in rows.items():
+        attention = row["record"]["provenance"]["mindspeed"]["attention"]
+        assert attention["core_attention"] == ["MindSpeedCPDotProductAttention"], (scenario_id, attention)
+        assert attention["context_parallel_algo"] == ["megatron_cp_algo"], (scenario_id, attention)
+        assert row["verdict"] == "PASS", (scenario_id, row["reasons"])

@@ -95,7 +95,7 @@ MINDSPEED_PRELOAD = ("transformers", "transformers.models.auto.configuration_aut
 MINDSPEED_MEGATRON = EngineSpec(
     name="mindspeed_megatron", engine="parity.engines.mindspeed_megatron:MindSpeedMegatronEngine",
     summary="the Megatron engine with Ascend MindSpeed's adaptor re-patched for the layout",
-    packings=PACKINGS,
+    packings=PACKINGS, checkpoints=("resume", "convert"),
     retired={"mindspeed_llm": "verl renamed the MindSpeed-LLM strategy"},
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",),
     layout_keys={**MEGATRON_LAYOUT_KEYS, "seq_length": "workload.prompt_len + workload.response_len"},

@@ -128,6 +128,20 @@ def test_cp2_runs_mindspeeds_own_context_parallel_attention(matrix: dict[str, di
         assert row["verdict"] == "PASS", (scenario_id, row["reasons"])
 
 
+def test_mindspeeds_checkpoint_resumes_and_converts(matrix: dict[str, dict[str, Any]]) -> None:
+    """The resume row saved and loaded its dist-ckpt under MindSpeed's adaptor: the continuation ran in fresh
+    processes (its own provenance), was judged against the uninterrupted run, and the converted checkpoint was
+    scored."""
+    rows = {k: v for k, v in _ran(matrix, "mindspeed_megatron").items() if "+resume" in k}
+    assert len(rows) == 1, sorted(matrix)
+    for scenario_id, row in rows.items():
+        assert row["verdict"] == "PASS", (scenario_id, row["reasons"])
+        assert row["record"]["provenance"]["resumed"]["after_step"] == 2
+        metrics = {c["metric"] for c in row["checks"]}
+        assert "resume: loss |Δ| to the uninterrupted run" in metrics, sorted(metrics)
+        assert any(m.startswith("converted HF checkpoint") for m in metrics), sorted(metrics)
+
+
 PLANTED = """
 description: planted MindSpeed defects (tests/emulated_npu/test_lane.py)
 defaults: {{device: cpu, dtype: fp32, timeout: 300, model: tiny-qwen3, layout: {{tp: 2}},

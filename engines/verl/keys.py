@@ -356,6 +356,10 @@ MEGATRON = EngineKeys(
                "actor.megatron.override_ddp_config.*": ReadBack("mcore_ddp",
                                                                 "the field of every chunk's DDP config"),
                "actor.megatron.vanilla_mbridge": ReadBack("mcore_bridge", "the bridge module verl built with"),
+               "actor.optim.use_checkpoint_opt_param_scheduler": ReadBack(
+                   "mcore_scheduler_checkpoint", "the flag on Megatron's OptimizerParamScheduler and on verl's "
+                                                 "checkpoint manager (which loads the scheduler's state only with "
+                                                 "it)"),
                "actor.megatron.use_remove_padding": ReadBack(
                    "packed_path", "the input shape the model's forward received",
                    dropped_in="verl/workers/engine_workers.py (the worker sets it from model.use_remove_padding)"),

@@ -9,6 +9,7 @@ config, the groups in megatron.core.parallel_state — and of what it ran (the m
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -16,6 +17,7 @@ import torch
 from parity.engines.specs import VERL_MEGATRON, VERL_MINDSPEED
 from parity.engines.verl import shims
 from parity.engines.verl.engine import VerlEngine
+from parity.engines.verl.fsdp import VERL_DIR
 from parity.engines.verl.keys import MEGATRON, EngineKeys
 from parity.engines.verl.readback import _dtype_agreeing, agreeing, rule, unanimous
 from parity.harness.contract.engine import DTYPE_NAMES
@@ -32,12 +34,10 @@ class VerlMegatronEngine(VerlEngine):
         names, self._device_patches = shims.apply_megatron(self.ctx.scenario.device)
         return names
 
-    def configure_engine(self, actor: Any, model: Any) -> None:
-        super().configure_engine(actor, model)
-        self.shims += shims.tokenizer_stand_in(model)
-
     def setup(self) -> None:
         super().setup()
+        # once verl built its engine: its checkpoint manager takes the tokenizer as the processing class it saves
+        self.shims += shims.tokenizer_stand_in(self.configs.model)
         self._spy_clipping()
 
     def teardown(self) -> None:
@@ -67,6 +67,22 @@ class VerlMegatronEngine(VerlEngine):
 
         megatron_optimizer.clip_grad_by_total_norm_fp32 = spied
         self._clip_spy = (megatron_optimizer, original)
+
+    # ---- its checkpoint: verl's own (the engine's save_checkpoint / load_checkpoint, MegatronCheckpointManager) ---
+    def save_checkpoint(self, directory: Path) -> None:
+        """verl's engine API, as verl's worker calls it (verl/workers/engine_workers.py save_checkpoint): on the
+        vanilla-mbridge path the model's weights in HF form through mbridge, Megatron's optimizer (fp32 main params,
+        Adam's moments) and the lr scheduler in a dist-ckpt, the RNG states in another."""
+        steps = len(self.observed.optimizer_groups)
+        self.engine.save_checkpoint(local_path=str(directory / VERL_DIR), global_step=steps)
+
+    def load_checkpoint(self, directory: Path) -> None:
+        self.shims += shims.fresh_optimizer_state(self.engine.optimizer, self.ctx.scenario.device)
+        self.engine.load_checkpoint(local_path=str(directory / VERL_DIR), del_local_after_load=False)
+        if self.ctx.faults.active("resume_adam_moments_zeroed"):
+            from parity.engines.megatron.engine import zero_moments
+
+            zero_moments(self.engine.optimizer)
 
     # ---- what verl built ----------------------------------------------------------------------------------------
     def chunks(self) -> list[Any]:
@@ -290,6 +306,17 @@ def mcore_bridge(engine: VerlMegatronEngine, key: str, requested: Any) -> Any:
     """vanilla_mbridge true: verl's bridge is mbridge's (verl.models.mcore.mbridge); false: Megatron-Bridge's."""
     module = type(engine.engine.bridge).__module__
     return agreeing(requested, module.startswith("mbridge."))
+
+
+@rule("mcore_scheduler_checkpoint")
+def mcore_scheduler_checkpoint(engine: VerlMegatronEngine, key: str, requested: Any) -> Any:
+    """Megatron's scheduler keeps the flag (optimizer_param_scheduler.py load_state_dict takes the checkpoint's
+    settings with it); verl's checkpoint manager loads the scheduler's state at all only with it
+    (verl/utils/checkpoint/megatron_checkpoint_manager.py:956); whether the position came back is the resume check."""
+    flags = [engine.engine.lr_scheduler.use_checkpoint_opt_param_scheduler,
+             not engine.engine.lr_scheduler.override_opt_param_scheduler,
+             engine.engine.checkpoint_mananager.use_checkpoint_opt_param_scheduler]
+    return agreeing(requested, unanimous([bool(f) for f in flags], "use_checkpoint_opt_param_scheduler settings"))
 
 
 @rule("mcore_recompute")

@@ -139,9 +139,10 @@ MEGATRON_CPU = Shim(
     "the project's own megatron-core CPU shim (engines/megatron/cpu_compat.py CpuCompat), applied before verl builds "
     "its engine and restored at teardown: Megatron's CUDA RNG tracker on the CPU generator, `.cuda()` / "
     "device='cuda' / pin_memory onto the CPU, `Tensor.type()` answering CUDA type names (Megatron's optimizer "
-    "dispatches on them), null streams and events, gloo gathers of unequal sizes, and the torch norm under "
+    "dispatches on them), null streams and events, gloo gathers of unequal sizes, the torch norm under "
     "sequence parallelism (its weights tagged sequence_parallel, so their gradients are summed over TP as TE's "
-    "norms are)")
+    "norms are), and the distributed optimizer's checkpoint load under torch's AdamW (the loaded step count kept, "
+    "one step tensor per parameter: cpu_compat.py _states_without_step, _own_step_per_param)")
 MBRIDGE_LOCAL_SPEC = Shim(
     "mbridge-local-spec", "mbridge/core/llm_bridge.py:150",
     "mbridge builds Transformer Engine's layer spec unconditionally (use_transformer_engine=True) and TE needs CUDA: "
@@ -172,7 +173,9 @@ BSHD_MASK = Shim(
 NO_TOKENIZER = Shim(
     "checkpoint-without-tokenizer", "verl/workers/engine/megatron/transformer_impl.py:1348,1405",
     "verl's Megatron forward reads model_config.tokenizer.pad_token_id (only a vision model uses it); the harness's "
-    "tiny checkpoints have no tokenizer, so an object carrying the HF config's pad_token_id stands in")
+    "tiny checkpoints have no tokenizer, so an object carrying the HF config's pad_token_id stands in, set once the "
+    "engine is built: verl's checkpoint manager (transformer_impl.py:638) keeps the tokenizer it finds then as the "
+    "processing class it saves, and finds none, as for any checkpoint without a tokenizer")
 
 EMULATED_NPU_AVAILABLE = Shim(
     "emulated-npu-available", "verl/utils/device.py:62 (is_npu_available, read once at import)",
@@ -192,8 +195,19 @@ FAST_ALIASES_WITHOUT_TORCHVISION = Shim(
     "(no file, a module-level __getattr__) leave sys.modules while verl's MindSpeed engine runs and come back at "
     "teardown; nothing in verl, mbridge or MindSpeed imports them. Only in the emulated lane")
 
+FRESH_OPTIMIZER_STATE = Shim(
+    "fresh-distributed-optimizer-state", "megatron/core/optimizer/distrib_optimizer.py:640-642 (state_dict, "
+    "without Apex / TE) reached from :1246 (sharded_state_dict) by verl/utils/checkpoint/"
+    "megatron_checkpoint_manager.py:945 (_build_optimizer_state_dict on load)",
+    "without Transformer Engine or Apex (no CPU build) Megatron's distributed optimizer runs torch's AdamW, which "
+    "allocates its state (and the step count the loader asserts) only at its first step; a fresh process loading "
+    "verl's checkpoint has taken none. Before verl's load, each such inner optimizer steps once with zero gradients "
+    "at lr 0 and weight decay 0 (the project's engines/megatron/compat.py allocate_optimizer_state: nothing moves), "
+    "and the load overwrites moments, main params and step counts. TE's FusedAdam keeps the step in its param "
+    "groups and needs none of this")
+
 MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK, THD_ATTENTION, NO_TOKENIZER,
-                      EMULATED_NPU_AVAILABLE, FAST_ALIASES_WITHOUT_TORCHVISION)
+                      EMULATED_NPU_AVAILABLE, FAST_ALIASES_WITHOUT_TORCHVISION, FRESH_OPTIMIZER_STATE)
 
 
 def hide_transformers_aliases() -> dict[str, Any]:
@@ -226,6 +240,19 @@ def apply_megatron(device: str, local_spec: bool = True) -> tuple[list[str], Any
         if _thd_attention_class() is not None:
             applied.append(THD_ATTENTION)
     return [s.name for s in applied], patches
+
+
+def fresh_optimizer_state(optimizer: Any, device: str) -> list[str]:
+    """Before verl's engine loads its checkpoint on CPU: the fresh distributed optimizer's torch state allocated
+    (FRESH_OPTIMIZER_STATE); returns the name when it applied."""
+    from megatron.core.optimizer import distrib_optimizer
+
+    from parity.engines.megatron import compat
+
+    if device != "cpu" or getattr(distrib_optimizer, "HAVE_APEX_OR_TE", True):
+        return []
+    compat.allocate_optimizer_state(optimizer)
+    return [FRESH_OPTIMIZER_STATE.name]
 
 
 def import_verl_as_on_npu() -> list[str]:

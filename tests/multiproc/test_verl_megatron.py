@@ -1,8 +1,9 @@
-"""verl's own Megatron engine under test (engines/verl/megatron.py): the rows of scenarios/verl_megatron.yaml
-run through the three-way bf16 lane, each verl key read back from what verl built; the two verl drops FAIL
-naming verl's file once their `broken` mark is lifted; a planted verl engine that drops one
-override_transformer_config key FAILs naming the key and its clean twin PASSes. SKIPs where verl is not
-installed (its own lane: verl pins transformers < 5.11)."""
+"""verl's own Megatron engine under test (engines/verl/megatron.py): the rows of scenarios/verl_megatron.yaml run
+through the three-way bf16 lane, each verl key read back from what verl built; the two verl drops FAIL naming verl's
+file once their `broken` mark is lifted; a planted verl engine that drops one override_transformer_config key FAILs
+naming the key and its clean twin PASSes; the resume row, resumed from verl's own checkpoint, is bit-identical to
+the uninterrupted run, and FAILs the resume check with Adam's moments zeroed at the load or with verl's default
+scheduler flag. SKIPs where verl is not installed (its own lane: verl pins transformers < 5.11)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ ROWS = {"padded": "tiny-qwen3-bf16/verl_megatron/tp2-sp/bf16/cpu+vs-hf_master_we
         "packed": "tiny-qwen3-bf16/verl_megatron/tp2-sp/bf16/cpu+packed+vs-hf_master_weights",
         "keys": "tiny-qwen3-bf16/verl_megatron/tp2-sp/bf16/cpu+vs-hf_master_weights+keys",
         "tp2": "tiny-qwen3-bf16/verl_megatron/tp2/bf16/cpu+vs-hf_master_weights",
-        "betas": "tiny-qwen3-bf16/verl_megatron/tp2-sp/bf16/cpu+vs-hf_master_weights+betas"}
+        "betas": "tiny-qwen3-bf16/verl_megatron/tp2-sp/bf16/cpu+vs-hf_master_weights+betas",
+        "resume": "tiny-qwen3-bf16/verl_megatron/tp2-sp/bf16/cpu+packed+resume2+vs-hf_master_weights+schedule"}
 
 
 def _row(name: str) -> Scenario:
@@ -91,3 +93,31 @@ def test_planted_verl_engine_dropping_one_override_key_fails_naming_it(verl_runn
     assert drops.status == "FAIL"
     assert drops.reasons == [f"engine kwargs not applied as given: actor_rollout_ref.actor.megatron."
                              f"override_transformer_config.{DROPPED} requested True, effective False"]
+
+
+def test_resume_from_verls_checkpoint_is_bit_identical_and_fails_with_moments_zeroed(verl_runner) -> None:
+    from parity.harness.contract.schema import Fault
+
+    clean = _row("resume")
+    verdict = verl_runner.run_scenario(clean)
+    assert verdict.status == "PASS", verdict.reasons
+    assert clean.resume_exact  # same layout: judged bit-identical to the uninterrupted run
+    zeroed = verl_runner.run_scenario(clean.model_copy(
+        update={"faults": (Fault(kind="resume_adam_moments_zeroed"),)}))
+    # step 3's loss is the checkpoint's weights', its update is not: the loss after it differs
+    assert zeroed.status == "FAIL"
+    assert any(r.startswith("resume: loss |Δ| to the uninterrupted run at step 4") for r in zeroed.reasons), \
+        zeroed.reasons
+
+
+def test_verls_default_scheduler_flag_restarts_the_schedule_on_resume(verl_runner) -> None:
+    """verl's default use_checkpoint_opt_param_scheduler (false) skips the scheduler's state on load
+    (verl/utils/checkpoint/megatron_checkpoint_manager.py:956): the second resumed step (the first runs at the lr the
+    optimizer's param groups restored) takes the schedule's from its start."""
+    clean = _row("resume")
+    actor_rollout_ref = {k: v for k, v in clean.actor_rollout_ref.items()
+                         if k != "actor.optim.use_checkpoint_opt_param_scheduler"}
+    verdict = verl_runner.run_scenario(clean.model_copy(update={"actor_rollout_ref": actor_rollout_ref}))
+    assert verdict.status == "FAIL"
+    assert any(r.startswith("resume: learning rate |Δ| to the uninterrupted run at step 4") for r in verdict.reasons), \
+        verdict.reasons

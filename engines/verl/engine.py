@@ -17,6 +17,7 @@ Subclasses name the verl backend (its config, engine device and key table) and i
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -27,6 +28,9 @@ from parity.engines.verl import shims, source
 from parity.engines.verl.keys import BLOCK, EngineKeys
 from parity.harness.contract.engine import Engine, StepOutput, TokenOutputs
 from parity.harness.contract.workload import Batch
+
+#: where verl's checkpoint manager writes inside a checkpoint directory
+VERL_DIR = "verl"
 
 
 class VerlEngine(Engine):
@@ -209,6 +213,26 @@ class VerlEngine(Engine):
         lrs = [float(group["lr"]) for group in self.observed.optimizer_groups[-1]] \
             if self.observed.optimizer_groups else None
         return StepOutput(loss=loss, grad_norm=grad_norm, lr=lrs)
+
+    # ---- its checkpoint: verl's own, through the engine API as verl's worker calls it -----------------------------
+    def save_checkpoint(self, directory: Path) -> None:
+        """verl/workers/engine_workers.py save_checkpoint: the backend's checkpoint manager writes model, optimizer,
+        lr scheduler and RNG states."""
+        steps = len(self.observed.optimizer_groups)
+        self.engine.save_checkpoint(local_path=str(directory / VERL_DIR), global_step=steps)
+
+    def load_checkpoint(self, directory: Path) -> None:
+        self.before_load()
+        self.engine.load_checkpoint(local_path=str(directory / VERL_DIR), del_local_after_load=False)
+        if self.ctx.faults.active("resume_adam_moments_zeroed"):
+            self.zero_adam_moments()
+
+    def before_load(self) -> None:
+        """Runs in the fresh processes before verl's engine loads its checkpoint (a backend's device shims)."""
+
+    def zero_adam_moments(self) -> None:
+        """Fault `resume_adam_moments_zeroed`: Adam's moments zeroed after the load, step counts kept."""
+        raise NotImplementedError
 
     # ---- read-back --------------------------------------------------------------------------------------------
     def applied_kwargs(self) -> dict[str, Any]:

@@ -10,14 +10,11 @@ from typing import Any, ClassVar
 import torch
 
 from parity.engines.specs import VERL_FSDP
-from parity.engines.verl.engine import VerlEngine
+from parity.engines.verl.engine import VERL_DIR, VerlEngine
 from parity.engines.verl.keys import FSDP, EngineKeys
 from parity.engines.verl.readback import _dtype_agreeing, agreeing, built_at, rule, unanimous
 from parity.harness.contract.engine import DTYPE_NAMES
 from parity.harness.contract.faults import FaultPlan
-
-#: where verl's checkpoint manager writes inside a checkpoint directory
-VERL_DIR = "verl"
 
 
 def _unit_kind(engine: VerlFSDPEngine) -> str:
@@ -64,20 +61,13 @@ class VerlFSDPEngine(VerlEngine):
     def sequence_parallel_size(self) -> int:
         return int(self.engine.ulysses_sequence_parallel_size)
 
-    # ---- its checkpoint: verl's own (the engine's save_checkpoint / load_checkpoint, FSDPCheckpointManager) -----
-    def save_checkpoint(self, directory: Path) -> None:
-        """verl's engine API, as verl's worker calls it (verl/workers/engine_workers.py save_checkpoint): model,
-        optimizer and the lr scheduler's state (`extra`) per rank, the HF config beside them."""
-        steps = len(self.observed.optimizer_groups)
-        self.engine.save_checkpoint(local_path=str(directory / VERL_DIR), global_step=steps)
-
-    def load_checkpoint(self, directory: Path) -> None:
-        self.engine.load_checkpoint(local_path=str(directory / VERL_DIR), del_local_after_load=False)
-        if self.ctx.faults.active("resume_adam_moments_zeroed"):
-            for state in self.engine.optimizer.state.values():
-                for key in ("exp_avg", "exp_avg_sq"):
-                    if key in state:
-                        state[key].zero_()
+    # ---- its checkpoint: verl's own (VerlEngine.save_checkpoint / load_checkpoint; FSDPCheckpointManager: model,
+    # optimizer and the lr scheduler's state (`extra`) per rank, the HF config beside them) ----------------------
+    def zero_adam_moments(self) -> None:
+        for state in self.engine.optimizer.state.values():
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in state:
+                    state[key].zero_()
 
     @classmethod
     def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:

@@ -9,7 +9,6 @@ config, the groups in megatron.core.parallel_state — and of what it ran (the m
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -17,7 +16,6 @@ import torch
 from parity.engines.specs import VERL_MEGATRON, VERL_MINDSPEED
 from parity.engines.verl import shims
 from parity.engines.verl.engine import VerlEngine
-from parity.engines.verl.fsdp import VERL_DIR
 from parity.engines.verl.keys import MEGATRON, EngineKeys
 from parity.engines.verl.readback import _dtype_agreeing, agreeing, rule, unanimous
 from parity.harness.contract.engine import DTYPE_NAMES
@@ -68,21 +66,16 @@ class VerlMegatronEngine(VerlEngine):
         megatron_optimizer.clip_grad_by_total_norm_fp32 = spied
         self._clip_spy = (megatron_optimizer, original)
 
-    # ---- its checkpoint: verl's own (the engine's save_checkpoint / load_checkpoint, MegatronCheckpointManager) ---
-    def save_checkpoint(self, directory: Path) -> None:
-        """verl's engine API, as verl's worker calls it (verl/workers/engine_workers.py save_checkpoint): on the
-        vanilla-mbridge path the model's weights in HF form through mbridge, Megatron's optimizer (fp32 main params,
-        Adam's moments) and the lr scheduler in a dist-ckpt, the RNG states in another."""
-        steps = len(self.observed.optimizer_groups)
-        self.engine.save_checkpoint(local_path=str(directory / VERL_DIR), global_step=steps)
-
-    def load_checkpoint(self, directory: Path) -> None:
+    # ---- its checkpoint: verl's own (VerlEngine.save_checkpoint / load_checkpoint; MegatronCheckpointManager: on the
+    # vanilla-mbridge path the weights in HF form through mbridge, Megatron's optimizer (fp32 main params, Adam's
+    # moments) and the lr scheduler in a dist-ckpt, the RNG states in another) ---------------------------------------
+    def before_load(self) -> None:
         self.shims += shims.fresh_optimizer_state(self.engine.optimizer, self.ctx.scenario.device)
-        self.engine.load_checkpoint(local_path=str(directory / VERL_DIR), del_local_after_load=False)
-        if self.ctx.faults.active("resume_adam_moments_zeroed"):
-            from parity.engines.megatron.engine import zero_moments
 
-            zero_moments(self.engine.optimizer)
+    def zero_adam_moments(self) -> None:
+        from parity.engines.megatron.engine import zero_moments
+
+        zero_moments(self.engine.optimizer)
 
     # ---- what verl built ----------------------------------------------------------------------------------------
     def chunks(self) -> list[Any]:

@@ -206,8 +206,18 @@ FRESH_OPTIMIZER_STATE = Shim(
     "and the load overwrites moments, main params and step counts. TE's FusedAdam keeps the step in its param "
     "groups and needs none of this")
 
+MODEL_ALREADY_ON_DEVICE = Shim(
+    "megatron-model-on-the-only-device", "verl/workers/engine/megatron/transformer_impl.py:791-793 (save_checkpoint) "
+    "into verl/utils/megatron_utils.py:827 (load_megatron_model_to_gpu)",
+    "before a save verl 'loads the model to the GPU' whenever its parameters are on the CPU, taking that as a sign of "
+    "param offload; on a CPU-only box they always are, and the load reads each grad buffer's param_data, which "
+    "Megatron allocates only for the distributed optimizer (AttributeError without it; with it, the grad buffers "
+    "are zeroed between the step and the save). On the CPU platform, with offloading refused, there is nothing to "
+    "load: verl's Megatron engine skips it, as on an accelerator without offload")
+
 MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK, THD_ATTENTION, NO_TOKENIZER,
-                      EMULATED_NPU_AVAILABLE, FAST_ALIASES_WITHOUT_TORCHVISION, FRESH_OPTIMIZER_STATE)
+                      EMULATED_NPU_AVAILABLE, FAST_ALIASES_WITHOUT_TORCHVISION, FRESH_OPTIMIZER_STATE,
+                      MODEL_ALREADY_ON_DEVICE)
 
 
 def hide_transformers_aliases() -> dict[str, Any]:
@@ -234,7 +244,9 @@ def apply_megatron(device: str, local_spec: bool = True) -> tuple[list[str], Any
         return [], None
     patches = _megatron_cpu_class()(local_spec)
     patches.apply()
-    applied = [MEGATRON_CPU]
+    from verl.utils.device import get_device_name
+
+    applied = [MEGATRON_CPU, *([MODEL_ALREADY_ON_DEVICE] if get_device_name() == "cpu" else [])]
     if local_spec:
         applied += [MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK]
         if _thd_attention_class() is not None:
@@ -300,6 +312,10 @@ def _megatron_cpu_class() -> type:
 
         def apply(self) -> None:
             super().apply()
+            from verl.workers.engine.megatron import transformer_impl
+
+            self._set(transformer_impl, "load_megatron_model_to_gpu",
+                      _on_the_only_device(transformer_impl.load_megatron_model_to_gpu))
             if not self.local_spec:
                 return
             from mbridge.core import bridge, llm_bridge
@@ -309,6 +325,18 @@ def _megatron_cpu_class() -> type:
                       _local_norm_names(bridge.Bridge._weight_name_mapping_mcore_to_hf))
 
     return MegatronCpu
+
+
+def _on_the_only_device(original: Any) -> Any:
+    """verl's load_megatron_model_to_gpu as verl's Megatron engine calls it, a no-op on verl's CPU platform
+    (MODEL_ALREADY_ON_DEVICE)."""
+    from verl.utils.device import get_device_name
+
+    @functools.wraps(original)
+    def load(*args: Any, **kwargs: Any) -> Any:
+        return None if get_device_name() == "cpu" else original(*args, **kwargs)
+
+    return load
 
 
 #: local-spec norm name -> the TE fused name mbridge's mappings use for the same weight

@@ -15,10 +15,15 @@
 #                                one HCCL port range per worker ("60000-60099 60100-60199"): each concurrent
 #                                scenario's HCCL gets its own HCCL_HOST_SOCKET_PORT_RANGE / HCCL_NPU_SOCKET_PORT_RANGE
 #                                (required with PARITY_WORKERS > 1 on npu)
+#              PARITY_STACK      cpu: the lane's own stack, a constraints file and what to install with it
+#                                (ci/install_cpu.sh's arguments; default: the CPU stack), e.g. verl's lane:
+#                                "ci/constraints-verl.txt -e .[dev,verl]"
+#              PARITY_REQUIRE    1: every row the lane selects must run (--parity-require FILE), a SKIP other than
+#                                `broken:` is an ERROR (default: 1 on npu, 0 on cpu)
 #              PARITY_WHEELHOUSE npu: the wheelhouse the lane installs from, with no package index (default:
 #                                wheelhouse/, the workflow's parity-wheelhouse artifact built by ci/wheelhouse.sh)
-# On npu every row the lane selects must run (--parity-require FILE): a row that would SKIP (a model path unset, a
-# package missing from the image) is an ERROR. Fails when pytest fails, collects nothing, or skips every scenario:
+# On npu (and where PARITY_REQUIRE=1) every row the lane selects must run (--parity-require FILE): a row that would
+# SKIP (a model path unset, a package missing from the image) is an ERROR. Fails when pytest fails, collects nothing, or skips every scenario:
 # a nightly that ran nothing must not be green.
 set -euo pipefail
 usage="usage: ci/nightly.sh npu|cpu LANE"
@@ -69,10 +74,10 @@ dependency the wheelhouse does not carry for its Python / platform"
     python ci/check_install.py || fail "the installed harness cannot import what it needs (above)"
     python -c 'import torch, torch_npu
 print("torch", torch.__version__, "torch_npu", torch_npu.__version__, "NPUs", torch_npu.npu.device_count())'
-    for file in "${files[@]}"; do args+=(--parity-require "$file"); done
     ;;
   cpu)
-    bash ci/install_cpu.sh "$venv"
+    read -ra stack <<<"${PARITY_STACK:-}"
+    bash ci/install_cpu.sh "$venv" "${stack[@]}"
     # shellcheck disable=SC1091
     . "$venv/bin/activate"
     ;;
@@ -82,6 +87,11 @@ print("torch", torch.__version__, "torch_npu", torch_npu.__version__, "NPUs", to
     ;;
 esac
 
+default_require=0
+if [ "$device" = npu ]; then default_require=1; fi
+if [ "${PARITY_REQUIRE:-$default_require}" = 1 ]; then
+  for file in "${files[@]}"; do args+=(--parity-require "$file"); done
+fi
 markers=${PARITY_MARKERS-nightly}
 if [ -n "$markers" ]; then args+=(-m "$markers"); fi
 select=${PARITY_SELECT:-}

@@ -36,7 +36,7 @@ from parity.harness.run.launch import ForkedLauncher, LaunchResult, TorchrunLaun
 from parity.harness.run.preload import forkserver_preload
 from parity.harness.run.records import RunRecord
 from parity.harness.run.staged import checkpointed_run
-from parity.harness.run.worker import RunJob, Stage
+from parity.harness.run.worker import RunJob, Stage, package_versions
 from parity.reports import results as results_file
 
 
@@ -52,19 +52,6 @@ def load_history(directories: Iterable[Path]) -> dict[str, list[dict]]:
             if result.get("verdict") in ("PASS", "FAIL"):
                 past.setdefault(result["id"], []).append(result)
     return past
-
-
-def package_versions() -> dict[str, str]:
-    """The versions a rank records (worker._rank_provenance), read here for rows that launched no rank."""
-    import importlib.metadata as md
-
-    versions = {}
-    for package in ("torch", "transformers", "megatron-core", "torch_npu", "mindspeed"):
-        try:
-            versions[package] = md.version(package)
-        except md.PackageNotFoundError:
-            continue
-    return versions
 
 
 def harness_commit() -> str:

@@ -319,7 +319,9 @@ def _broadcast(tensor: Any, rank: int) -> Any:
     return box[0] if rank != 0 else tensor
 
 
-def _rank_provenance(device: str) -> dict[str, Any]:
+def package_versions() -> dict[str, str]:
+    """The versions of the packages a run's numbers depend on, as installed where this runs (a rank; the runner
+    for rows that launched none)."""
     import importlib.metadata as md
 
     versions = {}
@@ -328,6 +330,11 @@ def _rank_provenance(device: str) -> dict[str, Any]:
             versions[package] = md.version(package)
         except md.PackageNotFoundError:
             continue
+    return versions
+
+
+def _rank_provenance(device: str) -> dict[str, Any]:
+    versions = package_versions()
     name = socket.gethostname()
     if device != "cpu":
         from parity.harness.config.devices import device_module

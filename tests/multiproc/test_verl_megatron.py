@@ -2,8 +2,9 @@
 through the three-way bf16 lane, each verl key read back from what verl built; the two verl drops FAIL naming verl's
 file once their `broken` mark is lifted; a planted verl engine that drops one override_transformer_config key FAILs
 naming the key and its clean twin PASSes; the resume row, resumed from verl's own checkpoint, is bit-identical to
-the uninterrupted run, and FAILs the resume check with Adam's moments zeroed at the load or with verl's default
-scheduler flag. SKIPs where verl is not installed (its own lane: verl pins transformers < 5.11)."""
+the uninterrupted run, and FAILs the resume check with Adam's moments zeroed at the load (verl's default scheduler
+flag: tests/multiproc/test_verl_nightly.py). SKIPs where verl is not installed (its own lane: verl pins
+transformers < 5.11)."""
 
 from __future__ import annotations
 
@@ -109,15 +110,3 @@ def test_resume_from_verls_checkpoint_is_bit_identical_and_fails_with_moments_ze
     assert any(r.startswith("resume: loss |Δ| to the uninterrupted run at step 4") for r in zeroed.reasons), \
         zeroed.reasons
 
-
-def test_verls_default_scheduler_flag_restarts_the_schedule_on_resume(verl_runner) -> None:
-    """verl's default use_checkpoint_opt_param_scheduler (false) skips the scheduler's state on load
-    (verl/utils/checkpoint/megatron_checkpoint_manager.py:956): the second resumed step (the first runs at the lr the
-    optimizer's param groups restored) takes the schedule's from its start."""
-    clean = _row("resume")
-    actor_rollout_ref = {k: v for k, v in clean.actor_rollout_ref.items()
-                         if k != "actor.optim.use_checkpoint_opt_param_scheduler"}
-    verdict = verl_runner.run_scenario(clean.model_copy(update={"actor_rollout_ref": actor_rollout_ref}))
-    assert verdict.status == "FAIL"
-    assert any(r.startswith("resume: learning rate |Δ| to the uninterrupted run at step 4") for r in verdict.reasons), \
-        verdict.reasons

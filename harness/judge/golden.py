@@ -4,7 +4,6 @@ compared metric by metric (Megatron-LM refreshes its golden values by download-a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -15,17 +14,10 @@ from parity.harness.config.paths import RECORD, RECORD_FILES
 from parity.harness.judge.compare import series_rel_diff, token_diff
 from parity.harness.judge.perf import perf_metrics
 from parity.harness.run.records import RunRecord
+from parity.harness.run.ref_cache import sha256
 
 MANIFEST = "manifest.json"
 SUMS = "SHA256SUMS"
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def entry(root: Path, slug: str) -> dict[str, Any]:

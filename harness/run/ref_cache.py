@@ -25,7 +25,8 @@ from parity.harness.run.records import RunRecord
 SUMS = "cache.sha256.json"
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
+    """A file's SHA-256, read in blocks (a record's tensors may be large): the cache's and a golden set's sums."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -47,7 +48,7 @@ def problem(directory: Path) -> str | None:
             return f"{SUMS} lists no {name}"
         if not path.is_file():
             return f"{path} is missing"
-        if _sha256(path) != sums[name]:
+        if sha256(path) != sums[name]:
             return f"{path} does not match its sha256 in {SUMS}"
     return None
 
@@ -95,7 +96,7 @@ def get_or_compute(directory: Path, compute: Callable[[Path], RunRecord]) -> Run
         if record.ok:
             if not (private / RECORD).is_file():  # the record the caller got was not saved there
                 record.save(private)
-            sums = {name: _sha256(private / name) for name in RECORD_FILES if (private / name).is_file()}
+            sums = {name: sha256(private / name) for name in RECORD_FILES if (private / name).is_file()}
             (private / SUMS).write_text(json.dumps(sums, indent=1))
             shutil.rmtree(directory, ignore_errors=True)
             private.rename(directory)

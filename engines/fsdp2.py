@@ -26,14 +26,13 @@ from parity.engines.hf_common import (
     make_scheduler,
     param_group_lrs,
     step_scheduler,
-    zero_adam_moments,
 )
 from parity.engines.specs import FSDP2
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
-from parity.harness.contract.optim_state import torch_optimizer_steps
+from parity.harness.contract.optim_state import torch_optimizer_steps, zero_adam_moments
 from parity.harness.contract.workload import Batch, per_position
 
 #: where the DCP checkpoint and the scheduler's state go in a checkpoint directory

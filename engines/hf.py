@@ -29,14 +29,13 @@ from parity.engines.hf_common import (
     response_logits,
     save_hf_state,
     step_scheduler,
-    zero_adam_moments,
 )
 from parity.engines.specs import HF
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
-from parity.harness.contract.optim_state import torch_optimizer_steps
+from parity.harness.contract.optim_state import torch_optimizer_steps, zero_adam_moments
 from parity.harness.contract.workload import Batch
 
 PRECISIONS = ("autocast", "master_weights")

@@ -188,15 +188,6 @@ class RouterLoads:
         return loads
 
 
-def zero_adam_moments(optimizer: torch.optim.Optimizer) -> None:
-    """Fault `resume_adam_moments_zeroed`: a restored optimizer whose moments came back as zeros while its step
-    counts did not (a checkpoint that kept the wrong state keys, a resharding that dropped them)."""
-    for state in optimizer.state.values():
-        for key in ("exp_avg", "exp_avg_sq"):
-            if key in state:
-                state[key].zero_()
-
-
 def save_hf_state(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   scheduler: torch.optim.lr_scheduler.LRScheduler, masters: list[torch.Tensor] | None = None) -> None:
     """One process's whole training state in torch's own formats (the `hf` engine's checkpoint)."""

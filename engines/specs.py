@@ -71,10 +71,13 @@ FSDP2 = EngineSpec(
     preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2"),
     verl=VerlNames(family="fsdp", block="fsdp_config", config="FSDPEngineConfig", implied=True, default=True))
 
+#: the Megatron engines' dist-ckpt writer against the installed torch / numpy
+MEGATRON_DIST_CKPT = "parity.engines.megatron.dist_ckpt_env:dist_ckpt_problem"
+
 MEGATRON = EngineSpec(
     name="megatron", engine="parity.engines.megatron:MegatronEngine",
     summary="Megatron-Core GPTModel with its own schedules, DDP and optimizer",
-    packings=PACKINGS, checkpoints=("resume", "convert"),
+    packings=PACKINGS, checkpoints=("resume", "convert"), checkpoint_check=MEGATRON_DIST_CKPT,
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",), layout_keys=MEGATRON_LAYOUT_KEYS,
     rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,), memory=MEGATRON_MEMORY,
     preload=("transformers", "megatron.core", "parity.engines.megatron.model"),
@@ -95,7 +98,7 @@ MINDSPEED_PRELOAD = ("transformers", "transformers.models.auto.configuration_aut
 MINDSPEED_MEGATRON = EngineSpec(
     name="mindspeed_megatron", engine="parity.engines.mindspeed_megatron:MindSpeedMegatronEngine",
     summary="the Megatron engine with Ascend MindSpeed's adaptor re-patched for the layout",
-    packings=PACKINGS, checkpoints=("resume", "convert"),
+    packings=PACKINGS, checkpoints=("resume", "convert"), checkpoint_check=MEGATRON_DIST_CKPT,
     retired={"mindspeed_llm": "verl renamed the MindSpeed-LLM strategy"},
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",),
     layout_keys={**MEGATRON_LAYOUT_KEYS, "seq_length": "workload.prompt_len + workload.response_len"},
@@ -146,7 +149,7 @@ VERL_MEGATRON = EngineSpec(
     summary="verl's own MegatronEngineWithLMHead (megatron-core through mbridge) from verl's config, driven by "
             "verl's engine API",
     dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
-    packings=PACKINGS, checkpoints=("resume",),
+    packings=PACKINGS, checkpoints=("resume",), checkpoint_check=MEGATRON_DIST_CKPT,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
     memory=MEGATRON_MEMORY,
     requires=(MEGATRON_CORE, MBRIDGE), environment_check="parity.engines.verl.source:problem",

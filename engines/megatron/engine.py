@@ -38,23 +38,13 @@ from parity.engines.specs import MEGATRON
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
-from parity.harness.contract.optim_state import torch_optimizer_steps
+from parity.harness.contract.optim_state import torch_optimizer_steps, zero_adam_moments
 from parity.harness.contract.workload import Batch
 
 #: Megatron pads the vocabulary to a multiple of this times TP (its `make_vocab_size_divisible_by` default)
 VOCAB_DIVISOR = 128
 #: the dist-ckpt's directory in a checkpoint directory
 DIST_CKPT_DIR = "dist_ckpt"
-
-
-def zero_moments(optimizer: Any) -> None:
-    """Fault `resume_adam_moments_zeroed`: Adam's moments restored as zeros, step counts kept, in every inner torch
-    optimizer of Megatron's (chained) optimizer."""
-    for inner in getattr(optimizer, "chained_optimizers", None) or [optimizer]:
-        for state in inner.optimizer.state.values():
-            for key in ("exp_avg", "exp_avg_sq"):
-                if key in state:
-                    state[key].zero_()
 
 
 def finalize_grads_without_token_rescale(model: list[Any], num_tokens: Any = None, **kwargs: Any) -> None:
@@ -468,7 +458,7 @@ class MegatronEngine(Engine):
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["opt_param_scheduler"])
         if self.ctx.faults.active("resume_adam_moments_zeroed"):
-            zero_moments(self.optimizer)
+            zero_adam_moments(self.optimizer)
 
     @classmethod
     def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:

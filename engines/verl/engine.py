@@ -27,6 +27,7 @@ from parity.engines.verl import keys as verl_keys
 from parity.engines.verl import shims, source
 from parity.engines.verl.keys import BLOCK, EngineKeys
 from parity.harness.contract.engine import Engine, StepOutput, TokenOutputs
+from parity.harness.contract.optim_state import zero_adam_moments
 from parity.harness.contract.workload import Batch
 
 #: where verl's checkpoint manager writes inside a checkpoint directory
@@ -225,14 +226,10 @@ class VerlEngine(Engine):
         self.before_load()
         self.engine.load_checkpoint(local_path=str(directory / VERL_DIR), del_local_after_load=False)
         if self.ctx.faults.active("resume_adam_moments_zeroed"):
-            self.zero_adam_moments()
+            zero_adam_moments(self.engine.optimizer)
 
     def before_load(self) -> None:
         """Runs in the fresh processes before verl's engine loads its checkpoint (a backend's device shims)."""
-
-    def zero_adam_moments(self) -> None:
-        """Fault `resume_adam_moments_zeroed`: Adam's moments zeroed after the load, step counts kept."""
-        raise NotImplementedError
 
     # ---- read-back --------------------------------------------------------------------------------------------
     def applied_kwargs(self) -> dict[str, Any]:

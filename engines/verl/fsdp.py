@@ -63,12 +63,6 @@ class VerlFSDPEngine(VerlEngine):
 
     # ---- its checkpoint: verl's own (VerlEngine.save_checkpoint / load_checkpoint; FSDPCheckpointManager: model,
     # optimizer and the lr scheduler's state (`extra`) per rank, the HF config beside them) ----------------------
-    def zero_adam_moments(self) -> None:
-        for state in self.engine.optimizer.state.values():
-            for key in ("exp_avg", "exp_avg_sq"):
-                if key in state:
-                    state[key].zero_()
-
     @classmethod
     def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:
         """verl's model merger (verl/model_merger/fsdp_model_merger.py), as `python -m verl.model_merger merge

@@ -72,11 +72,6 @@ class VerlMegatronEngine(VerlEngine):
     def before_load(self) -> None:
         self.shims += shims.fresh_optimizer_state(self.engine.optimizer, self.ctx.scenario.device)
 
-    def zero_adam_moments(self) -> None:
-        from parity.engines.megatron.engine import zero_moments
-
-        zero_moments(self.engine.optimizer)
-
     # ---- what verl built ----------------------------------------------------------------------------------------
     def chunks(self) -> list[Any]:
         """The model chunks as Megatron holds them (DDP-wrapped when training)."""

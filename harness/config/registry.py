@@ -101,6 +101,13 @@ def check_environment(spec: EngineSpec) -> str | None:
     return import_path(spec.environment_check)()
 
 
+def checkpoint_problem(spec: EngineSpec) -> str | None:
+    """The spec's checkpoint check (resume / convert rows only), run only when its requirements are present."""
+    if spec.checkpoint_check is None or spec.missing():
+        return None
+    return import_path(spec.checkpoint_check)()
+
+
 def preload_excludes(specs: list[EngineSpec]) -> set[str]:
     """Top-level modules no planned engine may find imported already (MindSpeed patches megatron first)."""
     return {top for spec in specs for top in spec.preload_excludes}

@@ -17,7 +17,7 @@ from parity.harness.config.memory import plan_for
 from parity.harness.config.models import ModelShape, expand_model_path, is_tiny, model_shape
 from parity.harness.config.paths import RECORD
 from parity.harness.config.registry import check_environment as check_spec_environment
-from parity.harness.config.registry import engine_import_problem, import_path, spec_for
+from parity.harness.config.registry import checkpoint_problem, engine_import_problem, import_path, spec_for
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS, LAYOUT_DIMS, EngineSpec
 
@@ -142,6 +142,8 @@ def skip_reason(scenario: Scenario) -> str | None:
         missing.append(f"engine '{spec.name}' runs on {', '.join(spec.devices)}, not {scenario.device}")
     missing += spec.missing()
     if not missing and (problem := check_spec_environment(spec)):
+        missing.append(problem)
+    if not missing and (scenario.resume is not None or scenario.convert) and (problem := checkpoint_problem(spec)):
         missing.append(problem)
     if missing and (problem := model_path_problem(scenario.model)):
         missing.append(problem)

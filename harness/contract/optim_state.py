@@ -5,6 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 
+def zero_adam_moments(optimizer: Any) -> None:
+    """Fault `resume_adam_moments_zeroed`: a restored optimizer whose moments came back as zeros while its step
+    counts did not (a checkpoint that kept the wrong state keys, a resharding that dropped them). A torch optimizer,
+    or Megatron's (chained) optimizer, each of which wraps a torch one as `.optimizer`."""
+    for inner in getattr(optimizer, "chained_optimizers", None) or [optimizer]:
+        for state in getattr(inner, "optimizer", inner).state.values():
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in state:
+                    state[key].zero_()
+
+
 def torch_optimizer_steps(optimizer: Any) -> int | None:
     """The largest per-parameter `step` in a torch optimizer's state (Adam keeps one per parameter; fused and
     TE optimizers keep it per param group). None when the optimizer keeps no step (plain SGD) or has no state."""

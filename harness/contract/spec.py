@@ -194,6 +194,9 @@ class EngineSpec:
     """What its own checkpoint supports (see CHECKPOINTS): `resume` (Engine.save_checkpoint / load_checkpoint),
     `convert` (Engine.convert_checkpoint to HF); a `resume` / `convert` scenario for an engine without it is bad
     input."""
+    checkpoint_check: str | None = None
+    """'module:function() -> str | None': why its own checkpoint cannot work with what is installed (a writer that
+    calls what a newer torch removed); a `resume` / `convert` scenario SKIPs with the message."""
     requires: tuple[Requirement, ...] = ()
     """Packages the engine needs; a missing one SKIPs its scenarios with the reason."""
     environment_check: str | None = None

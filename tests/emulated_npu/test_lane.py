@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from parity.engines.megatron.dist_ckpt_env import dist_ckpt_problem
 from tests.emulated_npu import lane
 
 pytestmark = pytest.mark.emulated_npu
@@ -45,8 +46,10 @@ def _ran(matrix: dict[str, dict[str, Any]], strategy: str) -> dict[str, dict[str
 
 def test_every_scenario_passes_or_skips_for_what_the_tree_lacks(matrix: dict[str, dict[str, Any]]) -> None:
     for scenario_id, row in matrix.items():
-        if row["verdict"] == "SKIP":  # mindspeed_fsdp on a tree without mindspeed/fsdp names the branch
-            assert any(w in " ".join(row["reasons"]) for w in ("branch", "marked broken")), (scenario_id, row)
+        if row["verdict"] == "SKIP":  # mindspeed_fsdp on a tree without mindspeed/fsdp names the branch; a resume
+            # row on megatron-core 0.12 (the 2.3.0 pairing) names why its dist-ckpt writer cannot run on this torch
+            assert any(w in " ".join(row["reasons"]) for w in ("branch", "marked broken", "dist-ckpt writer")), \
+                (scenario_id, row)
         else:
             assert row["verdict"] == "PASS", (scenario_id, row["reasons"])
     assert any(row["verdict"] == "PASS" for row in matrix.values())
@@ -133,6 +136,8 @@ def test_mindspeeds_checkpoint_resumes_and_converts(matrix: dict[str, dict[str, 
     processes (its own provenance), was judged against the uninterrupted run, and the converted checkpoint was
     scored."""
     rows = {k: v for k, v in _ran(matrix, "mindspeed_megatron").items() if "+resume" in k}
+    if not rows and (problem := dist_ckpt_problem()):
+        pytest.skip(problem)
     assert len(rows) == 1, sorted(matrix)
     for scenario_id, row in rows.items():
         assert row["verdict"] == "PASS", (scenario_id, row["reasons"])

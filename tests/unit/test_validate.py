@@ -94,3 +94,15 @@ def test_resume_and_convert_come_from_the_spec(monkeypatch):
 def test_a_resume_the_run_cannot_take_is_refused(resume, message):
     with pytest.raises(ValueError, match=message):
         Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2}, workload={"steps": 3}, resume=resume)
+
+
+def test_a_checkpoint_the_installed_stack_cannot_write_skips_only_resume_and_convert_rows(monkeypatch):
+    resumed = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2}, workload={"steps": 3},
+                       resume={"after": 1})
+    plain = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2})
+    monkeypatch.setattr(validate, "checkpoint_problem", lambda spec: None)
+    assert validate.skip_reason(resumed) is None
+    monkeypatch.setattr(validate, "checkpoint_problem", lambda spec: "the writer is too old")
+    assert validate.skip_reason(resumed) == "the writer is too old"
+    assert validate.skip_reason(plain) is None
+    assert validate.skip_reason(plain.model_copy(update={"convert": True})) == "the writer is too old"

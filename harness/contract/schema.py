@@ -96,6 +96,9 @@ class Layout(_Strict):
 #: defaults (the content hash of every row that predates them is unchanged)
 SCHEDULE_FIELDS = ("weight_decay_exempt", "lr_warmup_steps", "lr_warmup_steps_ratio", "lr_scheduler_type",
                    "min_lr_ratio")
+#: Workload fields of verl's RL step (its actor's and algorithm's keys), likewise left out at their defaults
+RL_STEP_FIELDS = ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "policy_loss", "mini_batches", "ppo_epochs",
+                  "adv_estimator", "use_kl_loss", "kl_loss_coef", "kl_loss_type")
 
 
 class Workload(_Strict):
@@ -159,7 +162,34 @@ class Workload(_Strict):
     `group_size` responses to one shared prompt, each with a seeded scalar reward, and A = (r - mean_group) /
     (std_group + 1e-6); responses of a group have one length, so the advantage term of the step-1 loss cancels."""
     group_size: int | None = Field(None, ge=2)
-    """Responses per prompt (group_normalized only); divides batch_size."""
+    """Responses per prompt (verl's `actor_rollout_ref.rollout.n`): group_normalized, or an adv_estimator that
+    groups (grpo, rloo); divides batch_size."""
+    clip_ratio_low: float | None = Field(None, gt=0)
+    """verl's `actor.clip_ratio_low`: the ratio's lower clip is 1 - this (None: clip_ratio)."""
+    clip_ratio_high: float | None = Field(None, gt=0)
+    """verl's `actor.clip_ratio_high` (DAPO's clip-higher): the upper clip is 1 + this (None: clip_ratio)."""
+    clip_ratio_c: float = Field(3.0, gt=1)
+    """verl's `actor.clip_ratio_c`: the dual clip's bound for negative advantages (verl's default 3.0; the
+    vanilla loss applies it always: verl/trainer/ppo/core_algos.py compute_policy_loss_vanilla)."""
+    policy_loss: Literal["vanilla", "gspo", "clip_cov", "kl_cov"] = "vanilla"
+    """verl's `actor.policy_loss.loss_mode` (its policy-loss registry, core_algos.register_policy_loss)."""
+    mini_batches: int = Field(1, ge=1)
+    """Optimizer updates per step: the global batch split in order into this many mini-batches (verl's
+    `actor.ppo_mini_batch_size` = batch_size / mini_batches / group_size prompts; `actor.shuffle: false`). Loss
+    and pre-clip grad norm are recorded per update; the learning-rate scheduler steps once per step."""
+    ppo_epochs: int = Field(1, ge=1)
+    """verl's `actor.ppo_epochs`: passes over the step's mini-batches, each against the step's old log-probs."""
+    adv_estimator: Literal["grpo", "rloo", "reinforce_plus_plus", "gae"] | None = None
+    """verl's `algorithm.adv_estimator`: the rows carry one seeded scalar reward each (Batch.rewards) and the
+    trainer computes the advantages from them (verl: core_algos.compute_advantage); None: the batch's own
+    `advantages`. gae needs a critic."""
+    use_kl_loss: bool = False
+    """verl's `actor.use_kl_loss`: add kl_loss_coef * KL(policy || reference policy) to the loss, the reference
+    policy being the step-0 weights (verl's ref worker)."""
+    kl_loss_coef: float = Field(0.001, ge=0)
+    """verl's `actor.kl_loss_coef`."""
+    kl_loss_type: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = "low_var_kl"
+    """verl's `actor.kl_loss_type` (core_algos.kl_penalty)."""
     packing: Literal["padded", "packed"] = "padded"
     """How the engine feeds the SAME seeded rows to its model. padded: [B, S] rows, left-padded prompts and
     right-padded responses with an explicit mask (the HF-style path). packed: each row's real tokens only,
@@ -192,7 +222,7 @@ class Workload(_Strict):
             data.pop("loss_agg_mode", None)
         if self.packing == "padded":
             data.pop("packing", None)
-        for name in SCHEDULE_FIELDS:
+        for name in SCHEDULE_FIELDS + RL_STEP_FIELDS:
             if data.get(name) == type(self).model_fields[name].default:
                 data.pop(name, None)
         return data
@@ -203,14 +233,46 @@ class Workload(_Strict):
             raise ValueError(f"min_prompt_len({self.min_prompt_len}) > prompt_len({self.prompt_len})")
         if self.min_response_len is not None and self.min_response_len > self.response_len:
             raise ValueError(f"min_response_len({self.min_response_len}) > response_len({self.response_len})")
-        if self.advantages == "group_normalized":
-            if self.group_size is None:
-                raise ValueError("advantages: group_normalized needs group_size (responses per prompt)")
+        grouped = self.advantages == "group_normalized" or self.adv_estimator in ("grpo", "rloo")
+        if grouped and self.group_size is None:
+            raise ValueError(f"advantages {self.adv_estimator or self.advantages} need group_size (responses per "
+                             "prompt)")
+        if self.group_size is not None:
+            if self.advantages != "group_normalized" and self.adv_estimator is None:
+                raise ValueError("group_size applies to advantages: group_normalized or an adv_estimator only")
             if self.batch_size % self.group_size:
                 raise ValueError(f"batch_size({self.batch_size}) is not divisible by group_size({self.group_size})")
-        elif self.group_size is not None:
-            raise ValueError("group_size applies to advantages: group_normalized only")
         return self
+
+    @model_validator(mode="after")
+    def _check_rl_step(self) -> Workload:
+        if self.adv_estimator is not None and self.advantages != "seeded":
+            raise ValueError(f"adv_estimator {self.adv_estimator} computes the advantages from seeded rewards; "
+                             f"leave `advantages` at its default (not {self.advantages})")
+        if self.loss == "sft" and any(
+                getattr(self, name) != type(self).model_fields[name].default for name in RL_STEP_FIELDS):
+            raise ValueError("the RL step's settings (clip ratios, policy_loss, mini_batches, ppo_epochs, "
+                             "adv_estimator, KL loss) apply to loss: grpo only")
+        rows = self.batch_size // self.mini_batches
+        if self.batch_size % self.mini_batches:
+            raise ValueError(f"batch_size({self.batch_size}) is not divisible by mini_batches({self.mini_batches})")
+        if self.group_size is not None and rows % self.group_size:
+            raise ValueError(f"a mini-batch of {rows} rows splits a group of {self.group_size}: batch_size / "
+                             "mini_batches must be a multiple of group_size")
+        return self
+
+    @property
+    def updates_per_step(self) -> int:
+        """Optimizer updates in one training step (ppo_epochs passes over mini_batches mini-batches)."""
+        return self.mini_batches * self.ppo_epochs
+
+    @property
+    def clip_low(self) -> float:
+        return self.clip_ratio if self.clip_ratio_low is None else self.clip_ratio_low
+
+    @property
+    def clip_high(self) -> float:
+        return self.clip_ratio if self.clip_ratio_high is None else self.clip_ratio_high
 
     @model_validator(mode="after")
     def _check_schedule(self) -> Workload:

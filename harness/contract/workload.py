@@ -29,6 +29,9 @@ class Batch:
     advantages: torch.Tensor
     """[B, R] per-sequence advantages broadcast over tokens (GRPO style)."""
     prompt_len: int
+    rewards: torch.Tensor | None = None
+    """[B] one seeded scalar reward per row where the workload names an adv_estimator: the trainer computes the
+    advantages from them (and `advantages` is then zero); None otherwise."""
 
     @property
     def response_len(self) -> int:
@@ -38,7 +41,8 @@ class Batch:
         """The sub-batch of the given rows (data-parallel shard)."""
         return replace(self, input_ids=self.input_ids[index], attention_mask=self.attention_mask[index],
                        position_ids=self.position_ids[index], response_mask=self.response_mask[index],
-                       advantages=self.advantages[index])
+                       advantages=self.advantages[index],
+                       rewards=None if self.rewards is None else self.rewards[index])
 
     def response_labels(self) -> torch.Tensor:
         """[B, R] the scored tokens."""
@@ -103,6 +107,8 @@ GRPO_EPS = 1e-6
 def build_batch(workload: Workload, vocab_size: int) -> Batch:
     """Deterministic from workload.seed alone (its own generator, never the global RNG)."""
     gen = torch.Generator().manual_seed(workload.seed)
+    if workload.adv_estimator is not None:
+        return _rewarded_batch(workload, vocab_size, gen)
     if workload.advantages == "group_normalized":
         return _grouped_batch(workload, vocab_size, gen)
     bsz, plen, rlen = workload.batch_size, workload.prompt_len, workload.response_len
@@ -133,6 +139,25 @@ def _grouped_batch(workload: Workload, vocab_size: int, gen: torch.Generator) ->
     batch = _assemble(torch.cat([prompts, responses], dim=1), prompt_lens, response_lens, advantages, plen)
     # verl returns scores.unsqueeze(-1) * response_mask: zero past the end of each response
     return replace(batch, advantages=batch.advantages * batch.response_mask)
+
+
+def _rewarded_batch(workload: Workload, vocab_size: int, gen: torch.Generator) -> Batch:
+    """An adv_estimator's batch: seeded rewards, advantages left to the trainer. With group_size, `group_size`
+    consecutive rows answer one prompt (verl's rollout.n, repeated interleaved); each row has its own response
+    length (unlike _grouped_batch), so the advantage term of the loss does not cancel."""
+    bsz, plen, rlen = workload.batch_size, workload.prompt_len, workload.response_len
+    size = workload.group_size or 1
+    groups = bsz // size
+    min_p = workload.min_prompt_len or max(1, plen // 2)
+    min_r = workload.min_response_len or max(1, rlen // 2)
+    prompt_lens = torch.randint(min_p, plen + 1, (groups,), generator=gen).repeat_interleave(size)
+    response_lens = torch.randint(min_r, rlen + 1, (bsz,), generator=gen)
+    prompts = torch.randint(1, vocab_size, (groups, plen), generator=gen).repeat_interleave(size, dim=0)
+    responses = torch.randint(1, vocab_size, (bsz, rlen), generator=gen)
+    rewards = torch.randn(bsz, generator=gen)
+    batch = _assemble(torch.cat([prompts, responses], dim=1), prompt_lens, response_lens,
+                      torch.zeros(bsz, rlen), plen)
+    return replace(batch, rewards=rewards)
 
 
 def group_normalized_advantages(rewards: torch.Tensor) -> torch.Tensor:

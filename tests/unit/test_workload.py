@@ -116,9 +116,14 @@ def test_grouped_step_one_loss_is_model_dependent_only():
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"advantages": "group_normalized"}, "needs group_size"),
+    ({"advantages": "group_normalized"}, "need group_size"),
     ({"advantages": "group_normalized", "group_size": 3}, "not divisible by group_size"),
-    ({"group_size": 2}, "group_normalized only"),
+    ({"group_size": 2}, "group_normalized or an adv_estimator only"),
+    ({"adv_estimator": "rloo"}, "need group_size"),
+    ({"adv_estimator": "grpo", "group_size": 2, "advantages": "group_normalized"}, "leave `advantages` at its default"),
+    ({"mini_batches": 3}, "not divisible by mini_batches"),
+    ({"adv_estimator": "grpo", "group_size": 2, "mini_batches": 4}, "splits a group"),
+    ({"loss": "sft", "use_kl_loss": True}, "apply to loss: grpo only"),
     ({"advantages": "group_normalized", "group_size": 1}, "greater than or equal to 2"),
 ])
 def test_group_size_is_validated(kwargs, message):

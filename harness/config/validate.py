@@ -18,7 +18,7 @@ from parity.harness.config.models import ModelShape, expand_model_path, is_tiny,
 from parity.harness.config.paths import RECORD
 from parity.harness.config.registry import check_environment as check_spec_environment
 from parity.harness.config.registry import checkpoint_problem, engine_import_problem, import_path, spec_for
-from parity.harness.contract.schema import Scenario
+from parity.harness.contract.schema import RL_STEP_FIELDS, Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS, LAYOUT_DIMS, EngineSpec
 
 
@@ -98,6 +98,11 @@ def spec_errors(scenario: Scenario, spec: EngineSpec) -> list[tuple[str, str]]:
     if (mode := scenario.workload.loss_agg_mode) not in spec.loss_agg_modes:
         errors.append(("workload.loss_agg_mode", f"engine '{spec.name}' aggregates the loss as "
                                                  f"{', '.join(spec.loss_agg_modes)}, not {mode}"))
+    workload = scenario.workload
+    for name in RL_STEP_FIELDS:
+        if getattr(workload, name) != type(workload).model_fields[name].default and name not in spec.rl_step:
+            errors.append((f"workload.{name}", f"engine '{spec.name}' does not implement verl's RL-step setting "
+                                               f"{name} (it implements {', '.join(spec.rl_step) or 'none'})"))
     if (packing := scenario.workload.packing) not in spec.packings:
         errors.append(("workload.packing", f"engine '{spec.name}' feeds its rows {', '.join(spec.packings)}, not "
                                            f"{packing}"))

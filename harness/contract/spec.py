@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from parity.harness.contract.schema import LossAggMode
+from parity.harness.contract.schema import RL_STEP_FIELDS, LossAggMode
 
 #: every layout dimension a Layout has (what `dims` may name)
 LAYOUT_DIMS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "ulysses", "sequence_parallel")
@@ -187,6 +187,9 @@ class EngineSpec:
     keys that restate a scenario field, e.g. `actor.optim.lr` and `workload.lr`); a message is bad input."""
     loss_agg_modes: tuple[str, ...] = ("token-mean",)
     """Workload loss aggregations the engine implements (see Workload.loss_agg_mode)."""
+    rl_step: tuple[str, ...] = ()
+    """Workload fields of verl's RL step (schema.RL_STEP_FIELDS) the engine implements away from their defaults:
+    a row that sets another one is bad input, never a run that silently ignores it."""
     packings: tuple[str, ...] = ("padded",)
     """How it can feed the rows (Workload.packing): a `packed` row for an engine that cannot pack is bad input,
     never a padded run under a `+packed` id."""
@@ -232,6 +235,7 @@ class EngineSpec:
                                    ("devices", self.devices, DEVICES), ("dtypes", self.dtypes, DTYPES),
                                    ("loss_agg_modes", self.loss_agg_modes, LOSS_AGG_MODES),
                                    ("packings", self.packings, PACKINGS),
+                                   ("rl_step", self.rl_step, RL_STEP_FIELDS),
                                    ("checkpoints", self.checkpoints, CHECKPOINTS)):
             if unknown := set(given) - set(known):
                 raise ValueError(f"engine spec {self.name}: unknown {what} {sorted(unknown)}; known: {known}")
@@ -253,4 +257,4 @@ class EngineSpec:
 def open_spec(name: str, engine: str) -> EngineSpec:
     return EngineSpec(name=name, engine=engine, summary="third-party engine (no spec)",
                       dims=frozenset(LAYOUT_DIMS), kwargs_blocks=KWARGS_BLOCKS, loss_agg_modes=LOSS_AGG_MODES,
-                      packings=PACKINGS, checkpoints=CHECKPOINTS)
+                      packings=PACKINGS, checkpoints=CHECKPOINTS, rl_step=RL_STEP_FIELDS)

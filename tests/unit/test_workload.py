@@ -162,3 +162,19 @@ def test_pack_rows_concatenates_each_rows_real_tokens_with_restarting_positions(
         assert (packed.row[part] == row).all()
     assert torch.equal(packed.gather(batch.input_ids), packed.input_ids)
     assert (packed.gather(batch.attention_mask) == 1).all()
+
+
+@pytest.mark.parametrize("field,value", [("clip_ratio_high", 0.28), ("ppo_epochs", 2), ("use_kl_loss", True),
+                                         ("policy_loss", "gspo")])
+def test_an_rl_step_setting_an_engine_does_not_implement_is_refused(field, value):
+    """A row that sets verl's RL-step key on an engine without it is bad input naming the key; the same row on a
+    spec that declares the field validates (the clean twin)."""
+    from dataclasses import replace
+
+    from parity.engines.specs import FSDP2
+    from parity.harness.config.validate import spec_errors
+    from parity.harness.contract.schema import Scenario
+
+    row = Scenario(model="tiny-llama", strategy="fsdp2", layout={"dp": 2}, workload={field: value})
+    assert any(key == f"workload.{field}" for key, _ in spec_errors(row, FSDP2))
+    assert not any(key == f"workload.{field}" for key, _ in spec_errors(row, replace(FSDP2, rl_step=(field,))))

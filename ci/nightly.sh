@@ -11,6 +11,7 @@
 #              PARITY_WORKERS    scenarios run side by side (default 1), each pytest process a shard of the lane
 #                                (--parity-shard I/N) leasing its own cards (harness/run/cards.py), e.g. two 8-card
 #                                scenarios on a 16-card node
+#              PARITY_HCCL_OP_EXPANSION_MODE  exported as HCCL_OP_EXPANSION_MODE (verl's MoE jobs: AIV)
 #              PARITY_HCCL_HOST_PORTS, PARITY_HCCL_NPU_PORTS
 #                                one HCCL port range per worker ("60000-60099 60100-60199"): each concurrent
 #                                scenario's HCCL gets its own HCCL_HOST_SOCKET_PORT_RANGE / HCCL_NPU_SOCKET_PORT_RANGE
@@ -104,6 +105,8 @@ else
 fi
 if [ -n "$select" ]; then args+=(-k "$select"); fi
 workers=${PARITY_WORKERS:-1}
+# HCCL's collective expansion mode per lane (verl's MoE jobs: AIV); unset leaves HCCL's default
+if [ -n "${PARITY_HCCL_OP_EXPANSION_MODE:-}" ]; then export HCCL_OP_EXPANSION_MODE=$PARITY_HCCL_OP_EXPANSION_MODE; fi
 read -ra host_ports <<<"${PARITY_HCCL_HOST_PORTS:-}"
 read -ra npu_ports <<<"${PARITY_HCCL_NPU_PORTS:-}"
 if [ "$device" = npu ] && [ "$workers" -gt 1 ] && { [ "${#host_ports[@]}" -lt "$workers" ] ||

@@ -218,7 +218,8 @@ class Runner:
         try:
             if self.options.launcher_for(scenario) == "torchrun":
                 nodes_here = None if self.options.node_rank is None else [self.options.node_rank]
-                launcher = TorchrunLauncher(self.options.master_addr, nodes_here, self.options.master_port)
+                launcher = TorchrunLauncher(self.options.master_addr, nodes_here, self.options.master_port,
+                                            self.options.rdzv)
                 return launcher.launch(job, scenario.layout, scenario.timeout)
             return self._forked_launcher(scenario).launch(job, scenario.layout.world_size, scenario.timeout)
         finally:

@@ -29,6 +29,9 @@ the `vars` context (repository variables, GitHub 2023; native actionlint knows i
      AIV, as verl's MoE jobs set HCCL_OP_EXPANSION_MODE;
    - its `timeout-minutes` covers the lane's scenarios: the sum of their `timeout`s (rows not marked broken) plus
      SETUP_MINUTES (this imports the harness to read the scenario files);
+   - its artifact actions (JavaScript, inside the container: verl's Ascend jobs use none) continue on error and a
+     later step takes over when they fail: ci/fetch_artifact.py fetches a download through the REST API, an upload's
+     tables go to the step summary;
    - it installs without a package index: it downloads the wheelhouse artifact and any `pip install` it runs says
      `--no-index` or `--no-deps`.
    Every workflow with a `schedule:` is never cancelled by a later run: `cancel-in-progress` is false for a
@@ -71,6 +74,8 @@ VERL_SHM_GIB_DEFAULT = 16
 #: verl's MoE jobs run collectives in AIV expansion mode (nightly_ascend.yml, tests/special_npu/nightly_ci_ascend/
 #: run_gspo_qwen3_30b_megatron_npu.sh: `export HCCL_OP_EXPANSION_MODE="AIV"`)
 MOE_HCCL_OP_EXPANSION = "AIV"
+#: the REST-API fallback of a download inside the container
+FETCH_ARTIFACT = "ci/fetch_artifact.py"
 _SHM = re.compile(r"--shm-size[ =](\S+)")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)b?$", re.I)
 
@@ -337,11 +342,35 @@ def _job_problems(workflow: dict, name: str, job: dict, root: Path) -> list[str]
                and (s.get("with") or {}).get("name") == WHEELHOUSE_ARTIFACT for s in steps):
         problems.append(f'job "{name}" does not download the {WHEELHOUSE_ARTIFACT} artifact: the harness must '
                         "install in the image without a package index (ci/wheelhouse.sh, ci/nightly.sh)")
+    problems += _transfer_problems(name, steps)
     for step in steps:
         for line in str(step.get("run", "")).splitlines():
             if re.search(r"\bpip3?\s+install\b", line) and not re.search(r"--no-index|--no-deps", line):
                 problems.append(f'job "{name}" runs `{line.strip()}`: inside the image pip installs with '
                                 "--no-index (from the wheelhouse) or --no-deps, never from a package index")
+    return problems
+
+
+def _transfer_problems(name: str, steps: list) -> list[str]:
+    """Artifact actions inside the container go on when they fail, and a later step takes over: a download is
+    fetched through the REST API (ci/fetch_artifact.py), an upload's summary goes to the step summary."""
+    problems = []
+    for index, step in enumerate(steps):
+        uses = str(step.get("uses", ""))
+        kind = "download" if uses.startswith("actions/download-artifact") else \
+            "upload" if uses.startswith("actions/upload-artifact") else None
+        if kind is None:
+            continue
+        what = (step.get("with") or {}).get("name", "?")
+        step_id = step.get("id")
+        later = [s for s in steps[index + 1:] if step_id and re.search(rf"steps\.{re.escape(step_id)}\.outcome",
+                                                                      str(s.get("if", "")))]
+        takes_over = [s for s in later if kind == "upload" or FETCH_ARTIFACT in str(s.get("run", ""))]
+        if step.get("continue-on-error") is not True or not takes_over:
+            fallback = f"a step running {FETCH_ARTIFACT}" if kind == "download" else "a step"
+            problems.append(f'job "{name}": the {kind} of artifact {what} runs a JavaScript action inside the '
+                            "container, which verl's Ascend jobs never do: give it an `id` and `continue-on-error: "
+                            f"true`, and {fallback} whose `if:` reads steps.<id>.outcome")
     return problems
 
 

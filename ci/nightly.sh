@@ -166,12 +166,18 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-tests = skipped = 0
+tests = skipped = awaiting = 0
 for junit in Path(sys.argv[1]).glob("**/junit.xml"):
     root = ET.parse(junit).getroot()
     for suite in [root] if root.tag == "testsuite" else root.findall("testsuite"):
         tests += int(suite.get("tests", 0))
         skipped += int(suite.get("skipped", 0))
-print(f"junit: {tests} collected, {skipped} skipped, {tests - skipped} ran")
+        # a row whose golden is not recorded yet waits for goldens.yml (harness/config/validate.py missing_golden)
+        awaiting += sum("is not recorded" in (s.get("message") or "") for s in suite.iter("skipped"))
+print(f"junit: {tests} collected, {skipped} skipped ({awaiting} awaiting a golden), {tests - skipped} ran")
+if tests and tests == skipped == awaiting:
+    print("::warning title=goldens::every row of this lane awaits a golden: record them (.github/workflows/"
+          "goldens.yml) and pin the release (PARITY_GOLDENS_TAG, PARITY_GOLDENS_SHA256)")
+    sys.exit(0)
 sys.exit(0 if tests > skipped else 1)
 PY

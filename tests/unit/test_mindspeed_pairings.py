@@ -1,4 +1,5 @@
-"""The MindSpeed pairing table (docs/ascend.md) is generated from MindSpeed's branch files (ci/mindspeed_pairings.py):
+"""The MindSpeed pairing table (docs/ascend.md) is generated from MindSpeed's branch files
+(tests/emulated_npu/mindspeed_pairings.py):
 the doc equals what the data renders, the data equals MindSpeed's branches where a mirror is on disk, and the reader
 catches a planted change (a branch newly marked unmaintained, a tree losing mindspeed/fsdp)."""
 
@@ -13,14 +14,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "ci" / "mindspeed_pairings.py"
+SCRIPT = ROOT / "tests" / "emulated_npu" / "mindspeed_pairings.py"
 MIRROR = Path(os.environ.get("PARITY_MINDSPEED_MIRROR", "/work/.mirror/Ascend+MindSpeed/repo"))
 
 pytestmark = pytest.mark.torch_free
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("ci_mindspeed_pairings", SCRIPT)
+    spec = importlib.util.spec_from_file_location("mindspeed_pairings_tool", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """MindSpeed's branches as their own files describe them: the one source of the pairing table in docs/ascend.md.
 
-    python ci/mindspeed_pairings.py extract MIRROR [--data DIR]   # a git dir of Ascend/MindSpeed (bare mirror / clone)
-    python ci/mindspeed_pairings.py table [--data DIR]            # the markdown table docs/ascend.md holds
+    python -m tests.emulated_npu.mindspeed_pairings extract MIRROR [--data DIR]   # a git dir of Ascend/MindSpeed
+    python -m tests.emulated_npu.mindspeed_pairings table [--data DIR]            # the table docs/ascend.md holds
 
 `extract` writes, per branch of interest (every `<release>_core_r0.12.1`, `core_r0.14.0` on, `master`, `dev`), the
 README lines that name its Megatron-LM release (version-table rows, the `git checkout` after `cd Megatron-LM`),
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from parity.engines.mindspeed_env import declared_pairing
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "mindspeed_branches"
 #: the branches whose pairing matters to verl's images and this harness
 BRANCH = re.compile(r"^(\d+\.\d+\.\d+_core_r0\.12\.1|core_r0\.(1[4-9]|[2-9]\d)\.\d+|master|dev)$")
@@ -60,7 +60,7 @@ def extract(mirror: Path, data: Path) -> list[str]:
         where.mkdir(parents=True, exist_ok=True)
         note = (f"<!-- Excerpt of Ascend/MindSpeed README.md, branch {branch} at {commit}: the lines that name its "
                 "Megatron-LM release (version table, install steps) and the maintenance table, verbatim. "
-                "ci/mindspeed_pairings.py extract -->")
+                "tests/emulated_npu/mindspeed_pairings.py extract -->")
         (where / "README.md").write_text("\n".join([note, *readme_excerpt(_git(mirror, "show", f"{branch}:README.md"))])
                                          + "\n")
         version = _VERSION.search(_git(mirror, "show", f"{branch}:setup.py"))

@@ -24,14 +24,21 @@ the `vars` context (repository variables, GitHub 2023; native actionlint knows i
    - it sets HCCL_CONNECT_TIMEOUT and HCCL_EXEC_TIMEOUT, the latter below the shortest timeout of the scenarios the
      lane runs (a hung collective then fails inside its scenario), and a lane running `workers` > 1 scenarios at
      once gives each its own, disjoint HCCL host and NPU port ranges;
+   - its container's `--shm-size` is at least what verl gives that runner set (VERL_SHM_GIB: 60g on a3-16, 16g
+     elsewhere), and a lane running MoE rows (ep > 1, or a model with experts) sets PARITY_HCCL_OP_EXPANSION_MODE
+     AIV, as verl's MoE jobs set HCCL_OP_EXPANSION_MODE;
    - its `timeout-minutes` covers the lane's scenarios: the sum of their `timeout`s (rows not marked broken) plus
      SETUP_MINUTES (this imports the harness to read the scenario files);
+   - its artifact actions (JavaScript, inside the container: verl's Ascend jobs use none) continue on error and a
+     later step takes over when they fail: ci/fetch_artifact.py fetches a download through the REST API, an upload's
+     tables go to the step summary;
    - it installs without a package index: it downloads the wheelhouse artifact and any `pip install` it runs says
      `--no-index` or `--no-deps`.
    Every workflow with a `schedule:` is never cancelled by a later run: `cancel-in-progress` is false for a
    scheduled run and, when it can be true, the concurrency group separates events. Goldens are stored where they
    do not expire: no step downloads another run's artifact (`run-id:`, `gh run download`: artifacts expire after
-   their retention), and a workflow that records goldens publishes them as a release asset.
+   their retention), and a workflow that records goldens publishes them as a release asset and records on a runner
+   label verl's GPU jobs use by default (VERL_GPU_RUNNER_LABELS).
 
     python ci/lint_workflows.py [--node-prefix DIR] [--node NODE] [WORKFLOW ...]
 
@@ -59,6 +66,22 @@ ROOT = Path(__file__).resolve().parent.parent
 DRIVER = ROOT / "ci" / "actionlint.mjs"
 ACTIONLINT_VERSION = "2.0.6"
 PREFIX_ENV = "PARITY_ACTIONLINT_PREFIX"
+
+#: the shared memory verl's Ascend jobs give their containers (verl .github/workflows/*ascend*.yml `--shm-size`):
+#: 16g on its 8-card jobs, 60g on the a3-16 nightly jobs (nightly_ascend.yml, the Qwen3-30B MoE jobs); GiB
+VERL_SHM_GIB = {"linux-aarch64-a3-16": 60}
+VERL_SHM_GIB_DEFAULT = 16
+#: verl's MoE jobs run collectives in AIV expansion mode (nightly_ascend.yml, tests/special_npu/nightly_ci_ascend/
+#: run_gspo_qwen3_30b_megatron_npu.sh: `export HCCL_OP_EXPANSION_MODE="AIV"`)
+MOE_HCCL_OP_EXPANSION = "AIV"
+#: the REST-API fallback of a download inside the container
+FETCH_ARTIFACT = "ci/fetch_artifact.py"
+_SHM = re.compile(r"--shm-size[ =](\S+)")
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)b?$", re.I)
+
+#: verl's GPU runner labels: its GPU jobs run on `["${{ needs.setup.outputs.runner-label || 'L20x8' }}"]` (a dynamic
+#: runner, else the static L20x8 set; verl .github/workflows/*.yml)
+VERL_GPU_RUNNER_LABELS = ("L20x8",)
 
 #: verl's Ascend runner sets (the trailing number: the cards of its one node)
 ASCEND_RUNNER_SETS = frozenset(("linux-aarch64-a2b3-8", "linux-aarch64-a3-8", "linux-aarch64-a3-16"))
@@ -205,6 +228,10 @@ class Lane:
     workers: int
     host_ports: str
     npu_ports: str
+    shm: str | None = None
+    """The container's `--shm-size` for this row ('60g'; '' when none is given; None without a container)."""
+    hccl_op_expansion: str = ""
+    """PARITY_HCCL_OP_EXPANSION_MODE of the step (ci/nightly.sh exports it as HCCL_OP_EXPANSION_MODE)."""
 
 
 def lanes(workflow: dict) -> list[Lane]:
@@ -219,10 +246,15 @@ def lanes(workflow: dict) -> list[Lane]:
             env = {k: _resolve(v, row, missing="") for k, v in (steps[0].get("env") or {}).items()}
             files = re.sub(r"\$\{\{\s*inputs\.\w+\s*\|\|\s*'?([^'}]*?)'?\s*\}\}", r"\1", env.get("PARITY_FILES", ""))
             workers = env.get("PARITY_WORKERS", "1")
+            container = job.get("container")
+            options = _resolve(container.get("options", "") if isinstance(container, dict) else "", row)
+            shm = _SHM.search(options)
+            shm_size = None if not container else shm.group(1) if shm else ""
             found.append(Lane(name, _resolve(job.get("runs-on"), row), tuple(files.split()),
                               env.get("PARITY_MARKERS", "nightly"), env.get("PARITY_SELECT", ""),
                               int(workers) if workers.isdigit() else 1, env.get("PARITY_HCCL_HOST_PORTS", ""),
-                              env.get("PARITY_HCCL_NPU_PORTS", "")))
+                              env.get("PARITY_HCCL_NPU_PORTS", ""), shm_size,
+                              env.get("PARITY_HCCL_OP_EXPANSION_MODE", "")))
     return found
 
 
@@ -310,11 +342,35 @@ def _job_problems(workflow: dict, name: str, job: dict, root: Path) -> list[str]
                and (s.get("with") or {}).get("name") == WHEELHOUSE_ARTIFACT for s in steps):
         problems.append(f'job "{name}" does not download the {WHEELHOUSE_ARTIFACT} artifact: the harness must '
                         "install in the image without a package index (ci/wheelhouse.sh, ci/nightly.sh)")
+    problems += _transfer_problems(name, steps)
     for step in steps:
         for line in str(step.get("run", "")).splitlines():
             if re.search(r"\bpip3?\s+install\b", line) and not re.search(r"--no-index|--no-deps", line):
                 problems.append(f'job "{name}" runs `{line.strip()}`: inside the image pip installs with '
                                 "--no-index (from the wheelhouse) or --no-deps, never from a package index")
+    return problems
+
+
+def _transfer_problems(name: str, steps: list) -> list[str]:
+    """Artifact actions inside the container go on when they fail, and a later step takes over: a download is
+    fetched through the REST API (ci/fetch_artifact.py), an upload's summary goes to the step summary."""
+    problems = []
+    for index, step in enumerate(steps):
+        uses = str(step.get("uses", ""))
+        kind = "download" if uses.startswith("actions/download-artifact") else \
+            "upload" if uses.startswith("actions/upload-artifact") else None
+        if kind is None:
+            continue
+        what = (step.get("with") or {}).get("name", "?")
+        step_id = step.get("id")
+        later = [s for s in steps[index + 1:] if step_id and re.search(rf"steps\.{re.escape(step_id)}\.outcome",
+                                                                      str(s.get("if", "")))]
+        takes_over = [s for s in later if kind == "upload" or FETCH_ARTIFACT in str(s.get("run", ""))]
+        if step.get("continue-on-error") is not True or not takes_over:
+            fallback = f"a step running {FETCH_ARTIFACT}" if kind == "download" else "a step"
+            problems.append(f'job "{name}": the {kind} of artifact {what} runs a JavaScript action inside the '
+                            "container, which verl's Ascend jobs never do: give it an `id` and `continue-on-error: "
+                            f"true`, and {fallback} whose `if:` reads steps.<id>.outcome")
     return problems
 
 
@@ -337,7 +393,40 @@ def _lane_problems(workflow: dict, name: str, job: dict, env: dict, root: Path) 
         if lane.workers > 1:
             problems += [f'job "{name}" lane on {lane.runner}: {p}' for p in
                          _port_problems(lane.workers, lane.host_ports, lane.npu_ports)]
+        want = VERL_SHM_GIB.get(lane.runner, VERL_SHM_GIB_DEFAULT)
+        if lane.shm is not None and ((have := _gib(lane.shm)) is None or have < want):  # no container: said above
+            problems.append(f'job "{name}" lane on {lane.runner}: container --shm-size {lane.shm or "unset"} is '
+                            f"below the {want}g verl's Ascend jobs give that runner set (dataloader workers and "
+                            "torch's shared-memory tensors run out first)")
+        moe = [s.id for s in scenarios if _is_moe(s)]
+        if moe and lane.hccl_op_expansion != MOE_HCCL_OP_EXPANSION:
+            more = ", ..." if len(moe) > 1 else ""
+            problems.append(f'job "{name}" lane on {lane.runner} runs MoE rows ({moe[0]}{more}) with '
+                            f"PARITY_HCCL_OP_EXPANSION_MODE {lane.hccl_op_expansion or 'unset'}: verl runs its MoE "
+                            f"jobs with HCCL_OP_EXPANSION_MODE={MOE_HCCL_OP_EXPANSION}")
     return problems
+
+
+def _gib(size: str) -> float | None:
+    """'60g' -> 60.0 (docker's --shm-size units: b, k, m, g; a bare number is bytes)."""
+    found = _SIZE.match(size.strip())
+    if not found:
+        return None
+    scale = {"": 1 / 2**30, "k": 1 / 2**20, "m": 1 / 2**10, "g": 1.0}[found.group(2).lower()]
+    return float(found.group(1)) * scale
+
+
+def _is_moe(scenario) -> bool:
+    """Expert parallel, or a model whose config names experts (a checkpoint path that is not here: ep decides)."""
+    from parity.harness.config.models import model_shape
+
+    if scenario.layout.ep > 1:
+        return True
+    try:
+        shape = model_shape(scenario.model)
+    except Exception:  # an unset $MODEL_PATH, a directory without config.json
+        return False
+    return shape is not None and shape.num_experts > 0
 
 
 def _port_problems(workers: int, host: str, npu: str) -> list[str]:
@@ -479,6 +568,14 @@ def _golden_problems(workflow: dict) -> list[tuple[str, str, str]]:
             if re.search(r"\bgh\s+run\s+download\b", run):
                 problems.append((at, "golden-storage", f'job "{name}" runs `gh run download`: another run\'s '
                                                        "artifacts expire; keep goldens as a release asset"))
+    inputs = ((_triggers(workflow) or {}).get("workflow_dispatch") or {}).get("inputs") or {} \
+        if isinstance(_triggers(workflow), dict) else {}
+    runner = (inputs.get("runner") or {}).get("default") if isinstance(inputs.get("runner"), dict) else None
+    if records and runner not in VERL_GPU_RUNNER_LABELS:
+        problems.append(("$.on.workflow_dispatch.inputs", "golden-runner",
+                         f"the goldens are recorded on runner label {runner!r} by default: verl's GPU jobs run on "
+                         f"{', '.join(VERL_GPU_RUNNER_LABELS)} (a `runner` dispatch input defaulting to it keeps the "
+                         "recording job on runners that exist)"))
     if records and not publishes:
         problems.append(("$.jobs", "golden-storage", "this workflow records goldens but publishes no release asset "
                                                      "(gh release create / upload): an artifact expires after its "

@@ -54,9 +54,14 @@ def declared_pairing(readme: str | None, setup_version: str | None) -> Pairing |
         if not _CD_MEGATRON.match(line):
             continue
         for following in lines[i + 1:i + 6]:
-            if (checkout := _CHECKOUT.match(following)) and (release := _RELEASE.search(checkout.group(1))):
+            if not (checkout := _CHECKOUT.match(following)):
+                continue
+            if release := _RELEASE.search(checkout.group(1)):
                 return Pairing(release.group(1), f"README.md: git checkout {checkout.group(1)} (Megatron-LM)",
                                adaptor_ref)
+            # a commit, not a release (MindSpeed's `dev`): that is the pairing, and no release matches it
+            return Pairing(checkout.group(1), f"README.md: git checkout {checkout.group(1)} (Megatron-LM, a commit "
+                           "of no release)", adaptor_ref)
     if row := _TABLE_ROW.search(readme or ""):
         return Pairing(row.group(2), f"README.md version table ({row.group(1).strip()} {row.group(2)})", adaptor_ref)
     if setup_version is not None:
@@ -76,7 +81,7 @@ class MindSpeedSource:
     commit: str | None
     """The tree's git commit (a clone) or the commit pip recorded (direct_url.json); None for an extracted tree."""
     has_fsdp: bool
-    """Whether it has `mindspeed/fsdp` (MindSpeed's FSDP engine: master and 26.1.0_core_r0.12.1, not core_r0.16.0)."""
+    """Whether it has `mindspeed/fsdp` (MindSpeed's FSDP engine; which branches do: docs/ascend.md's pairing table)."""
     pairs_with: str | None = None
     """The megatron-core release its README declares (declared_pairing)."""
     pairing_declared_by: str | None = None

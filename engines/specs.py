@@ -80,7 +80,7 @@ MEGATRON = EngineSpec(
     packings=PACKINGS, checkpoints=("resume", "convert"), checkpoint_check=MEGATRON_DIST_CKPT,
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",), layout_keys=MEGATRON_LAYOUT_KEYS,
     rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,), memory=MEGATRON_MEMORY,
-    preload=("transformers", "megatron.core", "parity.engines.megatron.model"),
+    preload=("transformers", "megatron.core", "parity.engines.megatron.model"), cuda_apis=("megatron",),
     verl=VerlNames(family="megatron", block="megatron", config="McoreEngineConfig", implied=True,
                    on_npu="mindspeed_megatron"))
 
@@ -118,8 +118,8 @@ MINDSPEED_FSDP = EngineSpec(
     dims=frozenset({"dp", "tp", "ep", "ulysses"}), kwargs_blocks=("fsdp_kwargs",),
     requires=(TORCH_NPU, MINDSPEED, Requirement(
         module="mindspeed.fsdp.mindspeed_parallel_engine",
-        why="needs a mindspeed with the mindspeed.fsdp package (MindSpeed's FSDP parallel engine; branch master "
-            "or 26.1.0_core_r0.12.1)")),
+        why="needs a mindspeed with the mindspeed.fsdp package (MindSpeed's FSDP parallel engine; the branches "
+            "that have it: docs/ascend.md, the pairing table)")),
     devices=("npu",), memory=FSDP_MEMORY, preload=MINDSPEED_PRELOAD, preload_excludes=("mindspeed",),
     verl=VerlNames(family="fsdp", block="fsdp_config", config="FSDPEngineConfig"))
 

@@ -27,6 +27,10 @@ class RunOptions:
     master_addr: str = "127.0.0.1"
     master_port: int | None = None
     """Rendezvous port all nodes agree on (required with node_rank; a free port otherwise)."""
+    rdzv: Literal["static", "c10d"] = "static"
+    """torchrun's rendezvous: static (node ranks as given, rank 0 on node 0) or c10d (the agents join one TCP store
+    and are ranked as they join: verl's multi-node runs; rank 0 may land on any node, so its record directory must
+    be shared, as on one host)."""
     history: tuple[Path, ...] = ()
     """Earlier runs' out dirs that perf gates (a scenario's `perf:`) compare with."""
     require: tuple[Path, ...] = ()
@@ -58,6 +62,9 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
                    "help": "multi-node: launch only this node's ranks (run once per node; node 0 reports)"}),
     ("master-addr", {"default": "127.0.0.1", "help": "multi-node: address of node 0 (rendezvous host)"}),
     ("master-port", {"type": int, "default": None, "help": "multi-node: rendezvous port, the same on every node"}),
+    ("rdzv", {"choices": ["static", "c10d"], "default": "static",
+              "help": "multi-node: torchrun rendezvous (static: rank 0 on node 0; c10d: agents ranked as they join, "
+                      "records on a shared directory)"}),
     ("shard", {"default": None, "metavar": "I/N",
                "help": "run only shard I of N (deterministic, even by expected cost); `parity report` merges them"}),
     ("history", {"action": "append", "default": None, "metavar": "DIR",
@@ -89,7 +96,8 @@ def run_options(get: Callable[[str], Any]) -> RunOptions:
         if not path.is_file():
             raise ScenarioError(f"--require {path}: no such scenario file")
     return RunOptions(out_dir=out, cache_dir=Path(get("cache_dir")), launcher=get("launcher"),
-                      node_rank=node_rank, master_addr=get("master_addr"), master_port=port, history=history,
+                      node_rank=node_rank, master_addr=get("master_addr"), master_port=port, rdzv=get("rdzv"),
+                      history=history,
                       require=required)
 
 

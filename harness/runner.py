@@ -94,9 +94,9 @@ class Runner:
 
     def _run_scenario(self, scenario: Scenario) -> Verdict:
         reason = skip_reason(scenario)
-        if reason and self.options.required(scenario) and not scenario.broken:
+        if self.options.required(scenario) and not scenario.broken and (must := skip_reason(scenario, golden=False)):
             return Verdict(scenario.id, "ERROR", [f"required to run here (--require {scenario.source}) but it would "
-                                                  f"SKIP: {reason}"], info=scenario_info(scenario))
+                                                  f"SKIP: {must}"], info=scenario_info(scenario))
         if reason:
             return skipped(scenario, reason)
         if not self.options.judges:
@@ -218,7 +218,8 @@ class Runner:
         try:
             if self.options.launcher_for(scenario) == "torchrun":
                 nodes_here = None if self.options.node_rank is None else [self.options.node_rank]
-                launcher = TorchrunLauncher(self.options.master_addr, nodes_here, self.options.master_port)
+                launcher = TorchrunLauncher(self.options.master_addr, nodes_here, self.options.master_port,
+                                            self.options.rdzv)
                 return launcher.launch(job, scenario.layout, scenario.timeout)
             return self._forked_launcher(scenario).launch(job, scenario.layout.world_size, scenario.timeout)
         finally:

@@ -56,11 +56,17 @@ class MicroBatch:
 
 
 def attention_mask(real: torch.Tensor) -> torch.Tensor:
-    """[b, s] real-token mask -> [b, 1, s, s] bool, True where query i may NOT attend key j."""
+    """[b, s] real-token mask -> [b, 1, s, s] bool, True where query i may NOT attend key j.
+
+    A left-pad query before a row's first real token has no key it may attend: it attends to itself instead, as
+    transformers does for SDPA (`AttentionMaskConverter._unmask_unattended`). It is never scored and no real
+    query attends a pad key, so no scored number moves; a fully masked row is one whose fused-attention output the
+    torch_npu op reference leaves undocumented (docs/ascend.md, the emulated ops against the op reference)."""
     seq = real.shape[1]
     causal = torch.ones(seq, seq, dtype=torch.bool).tril()
     allowed = causal[None] & real.bool()[:, None, :]
-    return ~allowed[:, None]
+    unattended = ~allowed.any(dim=-1, keepdim=True) & torch.eye(seq, dtype=torch.bool)[None]
+    return ~(allowed | unattended)[:, None]
 
 
 #: a CP split: whole [b, s] tensors (and the [b, 1, s, s] mask under 'attention_mask') -> this CP rank's share

@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run scenarios and judge them against their references")
     _selection(run)
     add_options(run.add_argument)
+    run.add_argument("--nodes", type=int, default=None, metavar="N",
+                     help="rehearse multi-node on this host: every selected row's ranks split over N torchrun "
+                          "agents (layout.nodes = N; with --rdzv c10d, as verl's multi-node jobs rendezvous)")
     run.set_defaults(func=running.cmd_run)
 
     listing = sub.add_parser("list", help="list expanded scenario ids with their marks")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from parity.harness.config import paths
 from parity.harness.config.errors import ScenarioError
-from parity.harness.config.selection import scenario_files, select
+from parity.harness.config.selection import over_nodes, scenario_files, select
 from parity.harness.options import RunOptions, run_options, writable_out_dir
 from parity.harness.session import EXIT_FAILED, EXIT_OK, Session, exit_code, merge, selection
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenarios = selection(args.files, args.k, args.device, args.shard)
+    scenarios = over_nodes(selection(args.files, args.k, args.device, args.shard), args.nodes)
     options = run_options(lambda name: getattr(args, name))
     return Session(options, scenarios, progress=True).run_and_publish()
 

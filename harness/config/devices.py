@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import os
 import resource
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ class DeviceKind:
     """Attribute path under `torch` -> value, set in every rank: reduced-precision fp32 matmul/conv OFF, so an
     fp32 run on the device is judged on the strict fp32 limits against the CPU fp32 reference."""
     default_model: str | None = None
+    cuda_api_shim: str | None = None
+    """Module that maps `torch.cuda.*` onto this device, imported in a rank before an engine that calls torch.cuda
+    by name (EngineSpec.cuda_apis) — and before that engine's own imports, which bind torch.cuda names at import."""
     """Card name (as get_device_name() reports it) a memory plan assumes; $PARITY_DEVICE_MODEL overrides. npu:
     verl's linux-aarch64-a2b3-* runners carry Atlas A2 910B3 cards."""
 
@@ -44,7 +48,10 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
                       {"HCCL_DETERMINISTIC": "true", "CLOSE_MATMUL_K_SHIFT": "1",
                        "ATB_MATMUL_SHUFFLE_K_ENABLE": "0", "LCCL_DETERMINISTIC": "1"},
                       {"npu.matmul.allow_hf32": False, "npu.conv.allow_hf32": False},
-                      default_model="Ascend910B3"),
+                      default_model="Ascend910B3",
+                      # MindSpeed's adaptor imports it first thing (mindspeed/megatron_adaptor.py line 11) so that
+                      # Megatron-Core's torch.cuda RNG tracker, streams and `.cuda()` calls land on the NPU
+                      cuda_api_shim="torch_npu.contrib.transfer_to_npu"),
 }
 
 
@@ -142,6 +149,20 @@ def bind_cpu_rank(local_rank: int, ranks_here: int) -> list[int] | None:
         os.sched_setaffinity(0, share)
     torch.set_num_threads(len(share))
     return share if pin else None
+
+
+def import_cuda_api_shim(device: str, binds: tuple[str, ...]) -> str | None:
+    """In a rank, before an engine that calls torch.cuda by name: import the device's cuda_api_shim (None where
+    the device needs none). `binds` are the top-level modules that bind torch.cuda names at import (Megatron-Core's
+    `from torch.cuda import _lazy_call`): one already imported would keep CUDA's functions, so that is an error."""
+    shim = DEVICE_KINDS[device].cuda_api_shim
+    if shim is None:
+        return None
+    if early := sorted(top for top in binds if top in sys.modules):
+        raise RuntimeError(f"{shim} must be imported before {', '.join(early)} on {device}, which bound torch.cuda "
+                           "names already (a forkserver that preloaded them?)")
+    importlib.import_module(shim)
+    return shim
 
 
 def prepare_rank(device: str, local_rank: int, seed: int) -> Any:

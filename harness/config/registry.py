@@ -113,14 +113,16 @@ def preload_excludes(specs: list[EngineSpec]) -> set[str]:
     return {top for spec in specs for top in spec.preload_excludes}
 
 
-def preload_modules(specs: list[EngineSpec], models: Iterable[str] = ()) -> list[str]:
+def preload_modules(specs: list[EngineSpec], models: Iterable[str] = (),
+                    also_excluded: Iterable[str] = ()) -> list[str]:
     """Modules the forkserver imports once for these engines. A spec whose preload touches a module another
     planned engine must import itself first (MindSpeed patches megatron before megatron is imported) is left
     out whole; so is one whose requirements are missing here. Where transformers is preloaded and no planned
     engine patches while loading, the planned models' modeling modules come too (otherwise each rank imports
     them, a large share of a tiny scenario; a module that does not import is skipped by the forkserver), and so does
-    transformers' checkpoint conversion table (engines/transformers_warm.py)."""
-    excluded = preload_excludes(specs)
+    transformers' checkpoint conversion table (engines/transformers_warm.py). `also_excluded`: top-level modules a
+    rank must import itself for another reason (after a device's cuda_api_shim)."""
+    excluded = preload_excludes(specs) | set(also_excluded)
     modules: list[str] = []
     for spec in specs:
         if spec.missing() or any(m.split(".")[0] in excluded for m in spec.preload):

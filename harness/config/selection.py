@@ -40,6 +40,22 @@ def with_device(scenarios: Iterable[Scenario], device: str | None) -> list[Scena
     return [s.model_copy(update={"device": device}) for s in scenarios]
 
 
+def over_nodes(scenarios: Iterable[Scenario], nodes: int | None) -> list[Scenario]:
+    """The same rows with their ranks split over `nodes` node agents (the multi-node rehearsal on one host); a row
+    whose world size does not split evenly is bad input naming it."""
+    if nodes is None:
+        return list(scenarios)
+    moved = []
+    for scenario in scenarios:
+        layout = scenario.layout
+        if nodes < 1 or layout.world_size % nodes or (layout.nproc_per_node and layout.nproc_per_node * nodes !=
+                                                      layout.world_size):
+            raise ScenarioError(f"--nodes {nodes}: world size {layout.world_size} does not split over {nodes} nodes",
+                                file=scenario.source, scenario=scenario.id, key="layout")
+        moved.append(scenario.model_copy(update={"layout": layout.model_copy(update={"nodes": nodes})}))
+    return moved
+
+
 def select(paths: list[Path], keyword: str | None = None, device: str | None = None) -> list[Scenario]:
     """Load, override the device, filter by -k, and run the static checks (errors raise ScenarioError)."""
     scenarios = with_device(load_files(paths), device)

@@ -133,9 +133,11 @@ def _shape_errors(scenario: Scenario, shape: ModelShape) -> list[tuple[str, str]
     return errors
 
 
-def skip_reason(scenario: Scenario) -> str | None:
+def skip_reason(scenario: Scenario, *, golden: bool = True) -> str | None:
     """Why this scenario cannot run here (None = it can). Never an error: an Ascend scenario on a CPU box
-    is collected and skipped, saying what is missing."""
+    is collected and skipped, saying what is missing. `golden=False` leaves out a golden reference not recorded
+    yet: a run that requires its rows (--require) still skips those rather than erroring, since recording a golden
+    needs another machine (missing_golden)."""
     if scenario.broken:
         return f"marked broken: {scenario.broken}"
     missing = []
@@ -152,7 +154,31 @@ def skip_reason(scenario: Scenario) -> str | None:
         missing.append(problem)
     if missing and (problem := model_path_problem(scenario.model)):
         missing.append(problem)
+    if golden and (problem := missing_golden(scenario)):
+        missing.append(problem)
     return "; ".join(missing) or None
+
+
+#: how a golden is recorded: scenarios/goldens.yaml names each record directory after its scenario id (slug)
+GOLDENS_FILE = "scenarios/goldens.yaml"
+GOLDENS_WORKFLOW = ".github/workflows/goldens.yml"
+
+
+def missing_golden(scenario: Scenario) -> str | None:
+    """A `golden:` reference whose record.json is absent: the row SKIPs naming the golden and the command that
+    records it (one absent golden must not stop the other rows of a night, nor ERROR its own)."""
+    if not scenario.reference.startswith("golden:"):
+        return None
+    given = scenario.reference.removeprefix("golden:")
+    expanded = expand_model_path(given)
+    golden = Path(expanded)
+    if "$" not in expanded and (golden / RECORD).is_file():
+        return None
+    where = "its directory variable is not set" if "$" in expanded else f"{golden} has no {RECORD}"
+    run_id = golden.name.replace("__", "/")
+    return (f"golden reference {given} is not recorded ({where}): record it on a CUDA runner with `parity golden "
+            f"record {GOLDENS_FILE} -k '{run_id}' --device cuda --out goldens` ({GOLDENS_WORKFLOW}, "
+            f"`gh workflow run goldens.yml -f k='{run_id}'`), then pin the release (PARITY_GOLDENS_TAG)")
 
 
 def _emulated(spec: EngineSpec, scenario: Scenario) -> bool:
@@ -183,7 +209,3 @@ def check_environment(scenario: Scenario) -> None:
     if scenario.layout.ranks_per_node > count:
         raise ScenarioError(f"needs {scenario.layout.ranks_per_node} {scenario.device} ranks per node but only "
                             f"{count} are available", key="layout", **where)
-    if scenario.reference.startswith("golden:"):
-        golden = Path(expand_model_path(scenario.reference.removeprefix("golden:")))
-        if not (golden / RECORD).is_file():
-            raise ScenarioError(f"golden reference {golden} has no {RECORD}", key="reference", **where)

@@ -212,6 +212,11 @@ class EngineSpec:
     preload_excludes: tuple[str, ...] = ()
     """Top-level modules that must NOT be preloaded while this engine is planned (MindSpeed patches megatron
     before megatron is imported)."""
+    cuda_apis: tuple[str, ...] = ()
+    """Top-level modules of this engine that call torch.cuda by name and bind its functions at import
+    (Megatron-Core's RNG tracker: `from torch.cuda import _lazy_call`). On a device whose kind names a
+    `cuda_api_shim` (npu: torch_npu's transfer_to_npu, as MindSpeed's adaptor imports it) each rank imports the
+    shim first, and the forkserver does not preload these modules."""
     memory: MemoryTraits = MemoryTraits()
     """How it holds a model (the memory plan)."""
     source: tuple[str, ...] = ()

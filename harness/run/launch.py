@@ -300,14 +300,17 @@ class ForkedLauncher:
 
 
 def torchrun_commands(layout: Layout, job_file: Path, master_addr: str, port: int, run_id: str,
-                      python: str = sys.executable) -> list[list[str]]:
+                      python: str = sys.executable, rdzv: str = "static") -> list[list[str]]:
     """One torchrun command per node. Static rendezvous: global ranks follow --node-rank, so rank 0 (which
-    writes the record) is always on node 0, the node that compares and reports."""
+    writes the record) is always on node 0, the node that compares and reports. c10d: the agents meet at one TCP
+    store on the endpoint and are ranked as they join (torch.distributed.elastic's c10d handler; --node-rank is
+    not theirs to choose), as verl's multi-node jobs run."""
     commands = []
     for node in range(layout.nodes):
+        placement = [f"--node-rank={node}"] if rdzv == "static" else []
         commands.append([
-            python, "-m", "torch.distributed.run", f"--nnodes={layout.nodes}", f"--node-rank={node}",
-            f"--nproc-per-node={layout.ranks_per_node}", "--rdzv-backend=static",
+            python, "-m", "torch.distributed.run", f"--nnodes={layout.nodes}", *placement,
+            f"--nproc-per-node={layout.ranks_per_node}", f"--rdzv-backend={rdzv}",
             f"--rdzv-endpoint={master_addr}:{port}", f"--rdzv-id={run_id}", "--max-restarts=0",
             "-m", "parity.harness.run.worker", "--job", str(job_file)])
     return commands
@@ -317,17 +320,19 @@ class TorchrunLauncher:
     """One torchrun per node on this host (multi-node on loopback for CPU tests; node 0 on real clusters)."""
 
     def __init__(self, master_addr: str = "127.0.0.1", nodes_here: Sequence[int] | None = None,
-                 master_port: int | None = None) -> None:
+                 master_port: int | None = None, rdzv: str = "static") -> None:
         self.master_addr = master_addr
         self.nodes_here = nodes_here
         self.master_port = master_port
+        self.rdzv = rdzv
 
     def launch(self, job: RunJob, layout: Layout, timeout_s: float) -> LaunchResult:
         record_dir = _fresh_record_dir(job)
         job_file = record_dir / JOB
         job.to_file(job_file)
         port = self.master_port or free_port()
-        commands = torchrun_commands(layout, job_file, self.master_addr, port, job.run_id.replace("/", "_"))
+        commands = torchrun_commands(layout, job_file, self.master_addr, port, job.run_id.replace("/", "_"),
+                                     rdzv=self.rdzv)
         nodes = list(self.nodes_here) if self.nodes_here is not None else list(range(layout.nodes))
         started = time.perf_counter()
         procs = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
+from parity.harness.config.devices import DEVICE_KINDS
 from parity.harness.config.registry import preload_excludes, preload_modules, spec_for
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
@@ -26,8 +27,16 @@ def planned_here(scenarios: Iterable[Scenario]) -> tuple[list[EngineSpec], list[
 
 def forkserver_preload(scenarios: Iterable[Scenario]) -> tuple[list[str], list[str]]:
     """(modules to preload, top-level modules the server must not hold) for these planned scenarios."""
+    scenarios = list(scenarios)
     specs, models = planned_here(scenarios)
-    return [*BASE, *preload_modules(specs, models)], sorted(preload_excludes(specs))
+    shimmed = shim_bound(s for s in scenarios if skip_reason(s) is None)
+    return [*BASE, *preload_modules(specs, models, shimmed)], sorted(preload_excludes(specs) | shimmed)
+
+
+def shim_bound(scenarios: Iterable[Scenario]) -> set[str]:
+    """Top-level modules each rank must import after its device's cuda_api_shim (EngineSpec.cuda_apis): a
+    forkserver that held them would hand the ranks torch.cuda's own functions."""
+    return {top for s in scenarios if DEVICE_KINDS[s.device].cuda_api_shim for top in spec_for(s).cuda_apis}
 
 
 def launcher_for(scenario: Scenario, asked: str, node_rank: int | None) -> Literal["forked", "torchrun"]:

@@ -74,7 +74,7 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
     from parity.harness.config import devices
     from parity.harness.config.flops import train_flops_per_token
     from parity.harness.config.models import ensure_checkpoint, model_shape
-    from parity.harness.config.registry import load_engine_class
+    from parity.harness.config.registry import load_engine_class, spec_for
     from parity.harness.contract.engine import EngineContext
     from parity.harness.contract.workload import build_batch, shift_masks
     from parity.harness.run.records import RunRecord, StepRecord
@@ -83,6 +83,8 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
         preloaded.replay()  # forked from the forkserver: its import warnings belong in this rank's log
     scenario = Scenario.model_validate(job.scenario)
     cpus = devices.bind_cpu_rank(local_rank, scenario.layout.ranks_per_node) if scenario.device == "cpu" else None
+    if binds := spec_for(scenario).cuda_apis:  # before torch_npu's own import and the engine's (Megatron-Core)
+        devices.import_cuda_api_shim(scenario.device, binds)
     device = devices.prepare_rank(scenario.device, local_rank, scenario.workload.seed)
     backend = devices.DEVICE_KINDS[scenario.device].backend
     if store is not None:

@@ -226,7 +226,7 @@ def test_fusion_attention_tnd_varlen(tnpu, mode):
         t.requires_grad_(True)
     atten = None if mode == 0 else COMPRESSED
     out, smax, ssum = tnpu.npu_fusion_attention(tq, tk, tv, n, "TND", atten_mask=atten, scale=scale,
-                                                 actual_seq_qlen=ends, actual_seq_kvlen=torch.tensor(ends),
+                                                 actual_seq_qlen=ends, actual_seq_kvlen=ends,
                                                  sparse_mode=mode, pre_tockens=65536, next_tockens=0)[:3]
     assert out.shape == (12, n, d) and smax.shape == (12, n, 8) and ssum.shape == (12, n, 8)
     qr, kr, vr = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
@@ -247,11 +247,12 @@ def test_fusion_attention_tnd_with_other_kv_lengths_and_its_grad_op(tnpu, mode):
     """What MindSpeed's ring-causal TND path asks (ring_context_parallel.py tnd_forward_fetch): each query sequence
     against a kv sequence of ANOTHER length (the first halves of a KV block: actual_seq_kvlen halved), with no mask
     (sparse_mode 0) or bottom-right causal (3); then the grad op from the statistics the forward returned, [T, N, 8]
-    as tnd_out_update views them. Reference: SDPA per sequence pair."""
+    as tnd_out_update views them. Reference: SDPA per sequence pair. Bottom-right causal with the shorter side the
+    query (a longer query would leave its first rows with no key: refused, see the fully masked row cases)."""
     n, nkv, d = 4, 2, 8
-    q_ends, kv_ends = [4, 10, 12], [2, 7, 12]
+    q_ends, kv_ends = ([4, 10, 12], [2, 7, 12]) if mode == 0 else ([2, 6, 12], [3, 8, 15])
     q, _, _ = qkv(1, n, nkv, 12, 12, d, seed=13)
-    _, k, v = qkv(1, n, nkv, 12, 12, d, seed=14)
+    _, k, v = qkv(1, n, nkv, 12, kv_ends[-1], d, seed=14)
     scale = 0.3
     tq, tk, tv = (x[0].permute(1, 0, 2).contiguous() for x in (q, k, v))
     atten = None if mode == 0 else COMPRESSED
@@ -369,23 +370,22 @@ def test_fusion_attention_grad_op_matches_autograd(tnpu, layout):
 def test_ring_style_blockwise_merge_and_grad(tnpu):
     """Two KV blocks attended separately, merged with the online-softmax rule MindSpeed uses
     (context_parallel/utils.py forward_update_without_fused), then each block's grad from the MERGED statistics:
-    must equal full attention. Block 2 is fully masked (as MindSpeed's general ring strategy passes for
-    kv_block_id > q_block_id) and must contribute exactly nothing, without NaN."""
+    must equal full attention. Every query keeps at least one key in each block (a fully masked row is refused:
+    test_fusion_attention_refuses_a_fully_masked_row)."""
     n, d, s = 2, 4, 4
     q, k, v = qkv(1, n, n, s, 2 * s, d, seed=11)
     scale = 0.5
-    blocks = [(k[:, :, :s], v[:, :, :s], torch.zeros(1, 1, s, s, dtype=torch.bool)),
-              (k[:, :, s:], v[:, :, s:], torch.ones(1, 1, s, s, dtype=torch.bool))]
+    second = torch.ones(1, 1, s, s, dtype=torch.bool)
+    second[..., torch.arange(s), (torch.arange(s) * 3) % s] = False  # one key per query, not the diagonal
+    blocks = [(k[:, :, :s], v[:, :, :s], torch.zeros(1, 1, s, s, dtype=torch.bool)), (k[:, :, s:], v[:, :, s:], second)]
     outs = [tnpu.npu_fusion_attention(q, kb, vb, n, "BNSD", atten_mask=m, scale=scale, sparse_mode=1)[:3]
             for kb, vb, m in blocks]
     (o1, m1, l1), (o2, m2, l2) = outs
-    assert torch.equal(o2, torch.zeros_like(o2)) and torch.all(l2 == 0) and torch.isfinite(m2).all()
     mx = torch.maximum(m1, m2)
     w1, w2 = l1 * torch.exp(m1 - mx), l2 * torch.exp(m2 - mx)
     tot = w1 + w2
     merged = o1 * (w1 / tot)[..., :1] + o2 * (w2 / tot)[..., :1]
-    assert torch.isfinite(merged).all()
-    keep = torch.cat([torch.ones(s, s, dtype=torch.bool), torch.zeros(s, s, dtype=torch.bool)], dim=1)
+    keep = torch.cat([torch.ones(s, s, dtype=torch.bool), ~second[0, 0]], dim=1)
     qr, kr, vr = (x.clone().requires_grad_(True) for x in (q, k, v))
     ref = sdpa_ref(qr, kr, vr, keep, scale)
     torch.testing.assert_close(merged, ref, atol=1e-5, rtol=1e-5)
@@ -397,7 +397,119 @@ def test_ring_style_blockwise_merge_and_grad(tnpu):
     torch.testing.assert_close(grads[0][0] + grads[1][0], qr.grad, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(torch.cat([grads[0][1], grads[1][1]], 2), kr.grad, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(torch.cat([grads[0][2], grads[1][2]], 2), vr.grad, atol=1e-5, rtol=1e-4)
-    assert torch.equal(grads[1][1], torch.zeros_like(grads[1][1]))
+
+
+# --- the op reference's edges (docs/ascend.md, "The emulated ops against the op reference"): each refusal next to
+# --- the clean call one step inside the rule
+
+@pytest.mark.parametrize("inner_precise", [0, 1])
+@pytest.mark.parametrize("op", ["forward", "grad"])
+def test_fusion_attention_refuses_a_fully_masked_row(tnpu, inner_precise, op):
+    """MindSpeed's general ring strategy hands whole blocks masked (kv_block_id > q_block_id) with inner_precise 0;
+    the reference leaves such a row's output undocumented, so the emulation refuses it. One key kept: it runs."""
+    q, k, v = qkv(1, 2, 2, 4, 4, 4, seed=3)
+    whole = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    one_row = torch.zeros(1, 1, 4, 4, dtype=torch.bool)
+    one_row[..., 2, :] = True  # a single query row fully masked is enough
+    kept = one_row.clone()
+    kept[..., 2, 3] = False  # the clean twin: that row keeps one key
+
+    def call(mask):
+        if op == "forward":
+            return tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", atten_mask=mask, sparse_mode=1,
+                                             inner_precise=inner_precise)[0]
+        return tnpu.npu_fusion_attention_grad(q, k, v, q, 2, "BNSD", atten_mask=mask, sparse_mode=1,
+                                              inner_precise=inner_precise)[0]
+    for mask in (whole, one_row):
+        with pytest.raises(NotImplementedError, match="fully masked query row"):
+            call(mask)
+    assert torch.isfinite(call(kept)).all()
+
+
+def test_fusion_attention_refuses_rows_a_bottom_right_causal_mask_leaves_empty(tnpu):
+    """sparse_mode 3 with Sq > Skv masks every key of the first Sq - Skv queries (the reference: the kernel then
+    enables invalid-row computation by itself; the values are still not documented). Sq = Skv runs."""
+    q, k, v = qkv(1, 2, 2, 6, 4, 4)
+    with pytest.raises(NotImplementedError, match="fully masked query row"):
+        tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", atten_mask=COMPRESSED, sparse_mode=3)
+    q, k, v = qkv(1, 2, 2, 4, 4, 4)
+    assert torch.isfinite(tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", atten_mask=COMPRESSED, sparse_mode=3)[0]).all()
+
+
+def test_fusion_attention_tnd_takes_trailing_zeros(tnpu):
+    """Trailing zeros pad an actual_seq_qlen / kvlen list (legal on the device): the same result as without them;
+    a zero in the middle is still not a cumulative list."""
+    n, d = 2, 4
+    q, k, v = qkv(1, n, n, 9, 9, d, seed=17)
+    tq, tk, tv = (x[0].permute(1, 0, 2).contiguous() for x in (q, k, v))
+
+    def run(ends, kv_ends):
+        return tnpu.npu_fusion_attention(tq, tk, tv, n, "TND", atten_mask=COMPRESSED, scale=0.5, sparse_mode=2,
+                                         actual_seq_qlen=ends, actual_seq_kvlen=kv_ends)[0]
+    assert torch.equal(run([4, 9, 0, 0], [4, 9, 0, 0]), run([4, 9], [4, 9]))
+    assert torch.equal(run([4, 9, 0], [4, 9]), run([4, 9], [4, 9]))
+    with pytest.raises(NotImplementedError, match="non-decreasing"):
+        run([4, 0, 9], [4, 0, 9])
+
+
+@pytest.mark.parametrize("name", ["actual_seq_qlen", "actual_seq_kvlen", "prefix"])
+def test_fusion_attention_refuses_a_tensor_where_it_takes_int_list(tnpu, name):
+    """`int[]` arguments are host lists (MindSpeed passes cu_seqlens.tolist()); a Tensor is refused, the list runs."""
+    t = torch.randn(9, 2, 4)
+    lists = {"actual_seq_qlen": [4, 9], "actual_seq_kvlen": [4, 9]}
+    given = {**lists, name: torch.tensor([4, 9])}
+    with pytest.raises(NotImplementedError, match=f"{name} as a Tensor"):
+        tnpu.npu_fusion_attention(t, t, t, 2, "TND", atten_mask=COMPRESSED, sparse_mode=2, **given)
+    tnpu.npu_fusion_attention(t, t, t, 2, "TND", atten_mask=COMPRESSED, sparse_mode=2, **lists)
+
+
+def test_fusion_attention_takes_softmax_layout_in_its_signature(tnpu):
+    """op-plugin's signature ends in softmax_layout="" (op_plugin/python/meta/_fake_registrations.py); the default
+    runs, a layout of the statistics the emulation does not implement is refused."""
+    q, k, v = qkv(1, 2, 2, 4, 4, 4)
+    tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", softmax_layout="")
+    tnpu.npu_fusion_attention_grad(q, k, v, q, 2, "BNSD", softmax_layout="")
+    with pytest.raises(NotImplementedError, match="softmax_layout='TND'"):
+        tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", softmax_layout="TND")
+
+
+def test_rms_norm_refuses_a_gamma_of_another_dtype(tnpu):
+    """The reference: gamma's dtype must be self's. verl's npu_patch passed an fp32 weight with bf16 activations
+    before it cast x to the weight's dtype (verl/models/transformers/npu_patch.py rms_norm_forward_npu)."""
+    x = torch.randn(2, 3, 8, dtype=torch.bfloat16)
+    mixed = r"gamma of dtype torch\.float32 for an input of dtype torch\.bfloat16"
+    with pytest.raises(NotImplementedError, match=mixed):
+        tnpu.npu_rms_norm(x, torch.ones(8, dtype=torch.float32))
+    y, _ = tnpu.npu_rms_norm(x.float(), torch.ones(8, dtype=torch.float32))  # verl main's call: x cast first
+    assert y.dtype == torch.float32
+    with pytest.raises(NotImplementedError, match="9-d input"):
+        tnpu.npu_rms_norm(torch.randn(*[1] * 8, 8), torch.ones(8))
+
+
+def test_rotary_mul_takes_only_the_documented_4d_layouts_and_sizes(tnpu):
+    """The reference: input, r1, r2 4-D; r1/r2 one of the listed shapes per layout; D even and < 896; B, N < 1000
+    (half) or B*N < 1000 (interleave). HF's q/k with unsqueezed cos/sin ([B, N, S, D] with [B, 1, S, D]) run."""
+    x = torch.randn(2, 3, 5, 8)
+    cos, sin = torch.rand(2, 1, 5, 8), torch.rand(2, 1, 5, 8)
+    tnpu.npu_rotary_mul(x, cos, sin)  # BNSD with B1SD
+    tnpu.npu_rotary_mul(x, cos[:1], sin[:1])  # 11SD
+    with pytest.raises(NotImplementedError, match="4-D each"):
+        tnpu.npu_rotary_mul(x[0], cos[0], sin[0])  # 3-D: broadcasts in torch, not a documented call
+    with pytest.raises(NotImplementedError, match="documented layouts"):
+        tnpu.npu_rotary_mul(x, torch.rand(1, 3, 5, 8), torch.rand(1, 3, 5, 8))  # [1, N, S, D]: no layout lists it
+    with pytest.raises(NotImplementedError, match="D=7"):
+        tnpu.npu_rotary_mul(torch.randn(1, 1, 2, 7), torch.rand(1, 1, 2, 7), torch.rand(1, 1, 2, 7))
+    with pytest.raises(NotImplementedError, match="r1 of shape"):
+        tnpu.npu_rotary_mul(x, cos, sin[:1])
+    wide = torch.randn(1, 1000, 2, 8)  # N = 1000 in BNSD (and S of BSND: r 11SD names none of those)
+    with pytest.raises(NotImplementedError, match="beyond the reference's bounds"):
+        tnpu.npu_rotary_mul(wide, torch.rand(1, 1, 2, 8), torch.rand(1, 1, 2, 8))
+    tnpu.npu_rotary_mul(wide[:, :999], torch.rand(1, 1, 2, 8), torch.rand(1, 1, 2, 8))
+    with pytest.raises(NotImplementedError, match="interleave"):
+        tnpu.npu_rotary_mul(torch.randn(40, 25, 2, 8), torch.rand(1, 1, 2, 8), torch.rand(1, 1, 2, 8),
+                            rotary_mode="interleave")  # B*N = 1000
+    tnpu.npu_rotary_mul(torch.randn(37, 27, 2, 8), torch.rand(1, 1, 2, 8), torch.rand(1, 1, 2, 8),
+                        rotary_mode="interleave")  # B*N = 999
 
 
 @pytest.mark.parametrize("mode", [2, 3, 4])
@@ -510,7 +622,7 @@ def test_rotary_interleaved_matches_complex_rotation(tnpu):
         tnpu.npu_rotary_position_embedding(x, cos, sin, mode=2)
     with pytest.raises(NotImplementedError, match="rotary_mode"):
         tnpu.npu_rotary_mul(x, cos, sin, rotary_mode="quarter")
-    with pytest.raises(NotImplementedError, match="broadcast"):
+    with pytest.raises(NotImplementedError, match="documented layouts"):
         tnpu.npu_rotary_mul(x, cos[:, :, :, :4], sin[:, :, :, :4])
 
 

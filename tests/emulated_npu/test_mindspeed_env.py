@@ -52,8 +52,12 @@ def test_find_mindspeed_reads_the_trees_setup_version(tmp_path: Path, monkeypatc
 #: branch -> (the megatron-core release its README declares, how, setup.py's version)
 DECLARED = {
     "2.1.0_core_r0.12.1": ("0.12.1", "git checkout core_v0.12.1", "0.12.1"),
+    "2.2.0_core_r0.12.1": ("0.12.1", "git checkout core_v0.12.1", "0.12.1"),
     "2.3.0_core_r0.12.1": ("0.12.1", "git checkout core_v0.12.1", "0.12.1"),
+    "26.0.0_core_r0.12.1": ("0.12.1", "git checkout core_v0.12.1", "0.12.1"),
     "26.1.0_core_r0.12.1": ("0.12.1", "git checkout core_v0.12.1", "0.12.1"),
+    # a Megatron-LM commit of no release: no megatron-core release is known to pair with it
+    "dev": ("1d462bd37", "git checkout 1d462bd37", "0.14.1"),
     "master": ("0.12.1", "git checkout core_v0.12.1", "0.12.1"),
     # its version table is master's (Mcore 0.12.1); its install steps check out core_r0.14.0
     "core_r0.14.0": ("0.14.0", "git checkout core_r0.14.0", "0.14.1"),
@@ -70,7 +74,13 @@ def _branch_tree(root: Path, branch: str) -> Path:
     (root / "mindspeed" / "__init__.py").write_text("")
     for name in ("README.md", "setup.py"):
         (root / name).write_text((BRANCHES / branch / name).read_text())
+    if (BRANCHES / branch / "fsdp").read_text().startswith("mindspeed/fsdp present"):
+        (root / "mindspeed" / "fsdp").mkdir()
     return root
+
+
+#: the branches that ship MindSpeed's FSDP engine (`mindspeed/fsdp`), as `git ls-tree` found them
+HAS_FSDP = {"26.0.0_core_r0.12.1", "26.1.0_core_r0.12.1", "master"}
 
 
 @pytest.mark.parametrize("branch", sorted(DECLARED))
@@ -83,6 +93,7 @@ def test_each_branch_pairs_with_what_its_readme_declares(branch: str, tmp_path: 
     assert found is not None and (found.pairs_with, found.version) == (pairs_with, setup_version)
     assert how in found.pairing_declared_by
     assert (found.megatron_adaptor is not None) == branch.startswith(("core_r0.17", "core_r0.18"))
+    assert found.has_fsdp == (branch in HAS_FSDP)
 
 
 def test_core_r017_on_megatron_core_012_is_refused_where_setup_py_would_accept_it(

@@ -191,3 +191,42 @@ def test_ranks_start_without_importing_the_callers_main_module(tmp_path, mode):
                             timeout=60, cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert marker.exists() == (mode == "plain")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("PARITY_REHEARSE_NODES") != "1", reason="the nightly CPU job's two-node rehearsal "
+                    "runs it (PARITY_REHEARSE_NODES=1; about a minute on two cores, over .ci/run's budget)")
+def test_two_node_rehearsal_with_c10d_passes_the_row_the_single_node_run_passes(write_yaml, tmp_path, cache_dir):
+    """The nightly CPU job's two-node rehearsal (`parity run --nodes 2 --launcher torchrun --rdzv c10d`): the same row
+    run on one node (forked) and over two torchrun agents that meet at a c10d store PASSes both ways, with the same
+    numbers (gloo reduces two ranks in the same order whatever agent hosts them). A row that cannot split is bad
+    input naming it."""
+    from safetensors.torch import load_file
+
+    from parity.harness.run.launch import torchrun_commands
+
+    path = write_yaml("matrix:\n  - {model: tiny-qwen3, strategy: fsdp2, layout: {dp: 2}, timeout: 240,\n"
+                      "     workload: {batch_size: 4, prompt_len: 8, response_len: 8, steps: 2}}\n")
+    common = ["--cache-dir", str(cache_dir)]
+    assert main(["run", str(path), "--out", str(tmp_path / "one"), *common]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "two"), "--nodes", "2", "--launcher", "torchrun",
+                 "--rdzv", "c10d", *common]) == 0
+    one = json.loads((tmp_path / "one" / "results.jsonl").read_text())
+    two = json.loads((tmp_path / "two" / "results.jsonl").read_text())
+    assert one["verdict"] == two["verdict"] == "PASS"
+    assert two["id"] == "tiny-qwen3/fsdp2/dp2-2nodes/fp32/cpu"
+    record = tmp_path / "two" / "records" / "tiny-qwen3__fsdp2__dp2-2nodes__fp32__cpu"
+    assert (record / "node0.log").is_file() and (record / "node1.log").is_file()  # two agents on this host
+    job = json.loads((record / "job.json").read_text())
+    assert job["scenario"]["layout"]["nodes"] == 2
+    single = load_file(tmp_path / "one" / "records" / "tiny-qwen3__fsdp2__dp2__fp32__cpu" / "tensors.safetensors")
+    split = load_file(record / "tensors.safetensors")
+    assert single.keys() == split.keys() and all(single[k].equal(split[k]) for k in single)
+    commands = torchrun_commands(Scenario.model_validate(job["scenario"]).layout, record / "job.json", "127.0.0.1",
+                                 29500, "id", rdzv="c10d")
+    assert all("--rdzv-backend=c10d" in c and not any(a.startswith("--node-rank") for a in c) for c in commands)
+    static = torchrun_commands(Scenario.model_validate(job["scenario"]).layout, record / "job.json", "127.0.0.1",
+                               29500, "id")
+    assert [c[c.index("--rdzv-backend=static") - 2] for c in static] == ["--node-rank=0", "--node-rank=1"]
+    odd = write_yaml("matrix:\n  - {model: tiny-qwen3, strategy: hf}\n", name="odd.yaml")
+    assert main(["run", str(odd), "--out", str(tmp_path / "odd"), "--nodes", "2", *common]) == 2

@@ -1,5 +1,6 @@
 """CI cannot be green by skipping: with `--parity-require FILE` (`parity run --require FILE`) a row of FILE that
-would SKIP here is an ERROR naming it and why; rows marked broken, and rows of other files, still SKIP. The missing
+would SKIP here is an ERROR naming it and why; rows marked broken, rows whose golden is not recorded yet (that needs
+another machine) and rows of other files still SKIP. The missing
 package is injected: a `megatron` without `core` shadows the installed one, as a broken install would."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 REQUIRED = """matrix:
   - {model: tiny-qwen3, strategy: megatron, layout: {tp: 2}}
   - {model: tiny-qwen3, strategy: megatron, layout: {pp: 2}, broken: "tracked in #99"}
+  - {model: tiny-qwen3, strategy: hf, reference: "golden:/nonexistent/goldens/tiny-qwen3__fsdp2__dp2__fp32__cuda"}
 """
 OPTIONAL = "matrix:\n  - {model: tiny-qwen3, strategy: megatron, layout: {dp: 2}}\n"
 
@@ -27,9 +29,11 @@ def test_a_required_row_that_would_skip_fails_the_session_naming_it(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = done.stdout
     assert done.returncode == 1, out
-    assert "1 failed, 2 skipped" in out
+    assert "1 failed, 3 skipped" in out
     assert ("ERROR tiny-qwen3/megatron/tp2/fp32/cpu\n  required to run here (--require "
             f"{tmp_path / 'required.yaml'}) but it would SKIP: ") in out
     assert "megatron-core is not installed" in out.split("required to run here", 1)[1].splitlines()[0]
     assert "marked broken: tracked in #99" in out  # a declared broken row may skip
+    assert ("golden reference /nonexistent/goldens/tiny-qwen3__fsdp2__dp2__fp32__cuda is not recorded" in out
+            and "-k 'tiny-qwen3/fsdp2/dp2/fp32/cuda'" in out)  # so may one whose golden is not recorded yet
     assert "SKIPPED [1] " in out and "optional.yaml" not in out.split("FAILED", 1)[-1].split("\n")[0]

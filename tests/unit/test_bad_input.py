@@ -53,8 +53,6 @@ CASES = {
                         ["environment variable PARITY_TEST_UNSET_VAR is not set"]),
     "missing_engine_module": ("matrix:\n  - {model: tiny-qwen3, engine: 'no_such_pkg.engine:Engine'}\n",
                               ["key 'engine'", "engine module 'no_such_pkg.engine' is not importable"]),
-    "missing_golden": ("matrix:\n  - {model: tiny-qwen3, strategy: hf, reference: 'golden:/nonexistent/golden'}\n",
-                       ["key 'reference'", "golden reference /nonexistent/golden has no record.json"]),
     "bad_dtype": ("matrix:\n  - {model: tiny-qwen3, strategy: hf, dtype: bf61}\n",
                   ["key 'dtype'", "did you mean 'bf16'"]),
 }

@@ -3,6 +3,7 @@ must never import a real torch_npu."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -108,3 +109,26 @@ def test_a_cpu_rank_is_pinned_to_its_cores_unless_told_not_to(monkeypatch, bind)
     else:
         assert cores is None and affinity == allowed and threads == 1
     assert sorted(os.sched_getaffinity(0)) == allowed
+
+
+def test_plain_megatron_on_npu_imports_transfer_to_npu_first_as_mindspeed_does(tmp_path, monkeypatch):
+    """Megatron-Core binds torch.cuda's RNG functions at import: on npu the rank imports torch_npu's transfer_to_npu
+    before it (mindspeed/megatron_adaptor.py line 11), and a module imported too early is an error, not a rank that
+    dies later in torch.cuda. The shim here is a stand-in module with the real one's name held in the kind."""
+    from parity.engines.specs import MEGATRON
+
+    assert devices.DEVICE_KINDS["npu"].cuda_api_shim == "torch_npu.contrib.transfer_to_npu"
+    assert MEGATRON.cuda_apis == ("megatron",) and devices.DEVICE_KINDS["cpu"].cuda_api_shim is None
+    (tmp_path / "fake_cuda_shim.py").write_text("IMPORTED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(devices.DEVICE_KINDS, "npu", dataclasses.replace(devices.DEVICE_KINDS["npu"],
+                                                                         cuda_api_shim="fake_cuda_shim"))
+    monkeypatch.delitem(sys.modules, "fake_cuda_shim", raising=False)
+    assert devices.import_cuda_api_shim("cpu", ("fake_binds",)) is None
+    monkeypatch.setitem(sys.modules, "fake_binds", object())  # planted: the bound module came first
+    with pytest.raises(RuntimeError, match="fake_cuda_shim must be imported before fake_binds on npu"):
+        devices.import_cuda_api_shim("npu", ("fake_binds",))
+    assert "fake_cuda_shim" not in sys.modules
+    monkeypatch.delitem(sys.modules, "fake_binds")  # the clean twin
+    assert devices.import_cuda_api_shim("npu", ("fake_binds",)) == "fake_cuda_shim"
+    assert sys.modules["fake_cuda_shim"].IMPORTED

@@ -92,12 +92,15 @@ def test_cp_needs_two_chunks_per_rank() -> None:
 
 
 def test_attention_mask_is_hf_causal_and_padding() -> None:
+    """HF's causal + padding mask, except that a query with no key it may attend (a left pad) attends to itself,
+    as transformers' SDPA path does: no row is fully masked (its fused-attention output is undocumented)."""
     from parity.engines.megatron.batching import attention_mask
 
     real = torch.tensor([[0, 1, 1, 0]])
     allowed = ~attention_mask(real)[0, 0]
-    assert allowed.tolist() == [[False] * 4, [False, True, False, False], [False, True, True, False],
+    assert allowed.tolist() == [[True, False, False, False], [False, True, False, False], [False, True, True, False],
                                 [False, True, True, False]]
+    assert not attention_mask(torch.tensor([[0, 0, 0, 1], [1, 1, 1, 1]])).all(dim=-1).any()
 
 
 def test_cp_chunk_order_matches_megatron_batch_split(monkeypatch: pytest.MonkeyPatch) -> None:

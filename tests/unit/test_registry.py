@@ -173,3 +173,16 @@ def test_parity_engines_lists_every_spec(capsys):
     for spec in BUILTIN:
         assert spec.name in out
     assert "megatron.core >=" in out
+
+
+def test_a_plain_megatron_row_on_npu_keeps_megatron_out_of_the_forkserver(monkeypatch):
+    """Its ranks import torch_npu's transfer_to_npu before Megatron-Core (EngineSpec.cuda_apis): a forkserver
+    holding megatron would hand them torch.cuda's own RNG functions. The same row on CPU preloads it."""
+    from parity.harness.run import preload
+
+    monkeypatch.setattr(preload, "skip_reason", lambda scenario, **_: None)  # as on an Ascend runner
+    on_cpu = Scenario(model="tiny-qwen3", strategy="megatron", layout={"tp": 2})
+    assert "megatron.core" in preload.forkserver_preload([on_cpu])[0]
+    on_npu = on_cpu.model_copy(update={"device": "npu"})
+    modules, excluded = preload.forkserver_preload([on_npu])
+    assert not [m for m in modules if m.split(".")[0] == "megatron"] and "megatron" in excluded

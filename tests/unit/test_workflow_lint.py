@@ -84,7 +84,8 @@ PLANTED = {
 # finding of the planted file says). Each is one mistake verl's or this project's nightly made.
 CONTRACT = {
     "no_container": ("    runs-on: ${{ matrix.runner }}\n    container:\n"
-                     "      image: ${{ needs.prepare.outputs[matrix.image] }}\n      options: --shm-size 16g\n",
+                     "      image: ${{ needs.prepare.outputs[matrix.image] }}\n"
+                     "      options: --shm-size ${{ matrix.shm }}\n",
                      "    runs-on: ${{ matrix.runner }}\n", "ascend-contract",
                      'job "ascend" runs on an Ascend runner set without a container image'),
     "label_list": ("    runs-on: linux-aarch64-a2b3-8\n", "    runs-on: [self-hosted, linux-aarch64-a2b3-8]\n",
@@ -133,10 +134,34 @@ CONTRACT = {
                           "        run: |\n          pip install -e .\n"
                           "          bash ci/nightly.sh npu \"smoke-${{ matrix.stack }}\"\n",
                           "ascend-contract", "runs `pip install -e .`: inside the image pip installs with --no-index"),
-    "no_wheelhouse": ("      - uses: actions/download-artifact@v4\n        with:\n          name: parity-wheelhouse\n"
-                      "          path: wheelhouse\n      - name: Tiny-model smoke",
+    "no_wheelhouse": ("      - id: wheelhouse\n        uses: actions/download-artifact@v4\n"
+                      "        continue-on-error: true\n        with:\n          name: parity-wheelhouse\n"
+                      "          path: wheelhouse\n"
+                      "      - name: Wheelhouse through the REST API (the download action failed in the container)\n"
+                      "        if: steps.wheelhouse.outcome == 'failure'\n        env:\n"
+                      "          GH_TOKEN: ${{ github.token }}\n"
+                      "        run: python3 ci/fetch_artifact.py parity-wheelhouse wheelhouse\n"
+                      "      - name: Tiny-model smoke",
                       "      - name: Tiny-model smoke", "ascend-contract",
                       'job "smoke" does not download the parity-wheelhouse artifact'),
+    # verl gives its a3-16 nightly containers 60g of shared memory
+    "a3_16_small_shm": ("            shm: 60g # verl's a3-16 nightly jobs\n", "            shm: 16g\n",
+                        "ascend-contract", "below the 60g verl's Ascend jobs give that runner set"),
+    # a lane with MoE rows without verl's AIV collective expansion: the a3-16 matrix row, and the smoke job
+    "moe_lane_without_aiv": ("            hccl_op_expansion: AIV # its Qwen3-30B-A3B MoE rows, as verl's MoE jobs\n",
+                             "", "ascend-contract", "runs MoE rows"),
+    "moe_smoke_without_aiv": ("          PARITY_MARKERS: nightly and smoke\n"
+                              "          PARITY_HCCL_OP_EXPANSION_MODE: AIV",
+                              "          PARITY_MARKERS: nightly and smoke\n          PARITY_NO_EXPANSION: AIV",
+                              "ascend-contract", 'job "smoke" lane on linux-aarch64-a2b3-8 runs MoE rows'),
+    # an artifact action inside the container with no fallback when it cannot run there
+    "download_without_fallback": ("        run: python3 ci/fetch_artifact.py parity-goldens goldens\n",
+                                  "        run: echo the goldens could not be downloaded\n", "ascend-contract",
+                                  "the download of artifact parity-goldens"),
+    "upload_stops_the_job": ("        id: upload\n        if: always()\n        uses: actions/upload-artifact@v4\n"
+                             "        continue-on-error: true\n",
+                             "        id: upload\n        if: always()\n        uses: actions/upload-artifact@v4\n",
+                             "ascend-contract", "the upload of artifact parity-out-smoke"),
     # goldens pinned to another run's artifact: gone after 90 days
     "expiring_golden": ("          name: parity-goldens\n          path: goldens\n",
                         "          name: parity-goldens\n          path: goldens\n"
@@ -228,6 +253,18 @@ def test_goldens_recorded_without_a_release_are_caught(tmp_path):
     path.write_text(text[:publish])
     findings = lint_workflows.contract_findings([str(path)])
     assert [f.kind for f in findings] == ["golden-storage"] and "publishes no release asset" in findings[0].message
+
+
+def test_goldens_recorded_on_a_runner_label_verl_has_not_are_caught(tmp_path):
+    """The recording job's default runner label must be one verl's GPU jobs use; its clean twin (goldens.yml)."""
+    goldens = WORKFLOWS / "goldens.yml"
+    assert lint_workflows.contract_findings([str(goldens)]) == []
+    text = goldens.read_text()
+    assert "        default: L20x8\n" in text
+    path = tmp_path / "goldens.yml"
+    path.write_text(text.replace("        default: L20x8\n", "        default: gpu\n"))
+    findings = lint_workflows.contract_findings([str(path)])
+    assert [f.kind for f in findings] == ["golden-runner"] and "'gpu'" in findings[0].message
 
 
 @pytest.mark.parametrize(("cancel", "group", "caught"), [

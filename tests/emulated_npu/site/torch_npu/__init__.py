@@ -26,7 +26,10 @@ import torch._dynamo  # imported by the real torch_npu at load (torch_npu/utils/
 from . import _C, _attention, _device, _ops, contrib, emulation, npu, utils  # noqa: F401
 from .emulation import EMULATED, call_counts, counted, reset_counts  # noqa: F401 - the public names
 
-__version__ = "2.7.1+emulated"
+# the torch_npu line of verl's current Ascend image (`latest-vllm-910b-ubuntu`, verl docker/ascend/
+# Dockerfile.ascend_9.1.0_a2 pins torch 2.10.0; torch_npu comes with vllm-ascend's requirements, 2.10.0.postN):
+# ci/check_ascend_stack.py compares it with the Dockerfile (tests/unit/test_ascend_stack.py)
+__version__ = "2.10.0+emulated"
 
 # the real torch_npu lists the dtypes HCCL cannot carry (mindspeed/core/multi_modal/dist_train/dist_communication.py)
 unsupported_dtype = [torch.quint8, torch.quint4x2, torch.quint2x4, torch.qint32, torch.qint8]

@@ -18,11 +18,17 @@ Contract followed (CANN torch_npu API reference for npu_fusion_attention; MindSp
   each sequence's `s * N` rows viewed [N, s, 8] and transposed to token order; `unflatten_softmax` writes them back;
   `get_selection_indices_for_tnd_softmax_update` picks a sequence's second half in each head's rows). The grad op
   takes them in the same layout.
-- A fully masked row gives out = 0, softmax_sum = 0 and softmax_max = finfo(float32).min (finite), so that
-  MindSpeed's merge (max/exp/sum in forward_update_without_fused) gives that block zero weight without NaN, and the
-  grad op, fed the merged statistics, gives it zero gradient. MindSpeed's general ring strategy does hand us
-  fully masked blocks (AttentionWithCp.compute_mask: kv_block_id > q_block_id -> all masked,
-  mindspeed/core/context_parallel/ring_context_parallel/ring_context_parallel.py), always after the diagonal block.
+- A fully masked row (every key masked for a query, under any sparse_mode) is REFUSED: the reference says only that
+  inner_precise 2 "enables invalid-row computation, which avoids the precision loss a whole-row mask causes" and
+  that the kernel may enable it by itself (sparse_mode 3 with Sq > Skv); what the device returns for such a row
+  (output, softmax_max / softmax_sum) is not documented, so the emulation does not guess one. MindSpeed's general
+  ring strategy passes whole blocks masked (AttentionWithCp.compute_mask: kv_block_id > q_block_id -> all masked,
+  mindspeed/core/context_parallel/ring_context_parallel/ring_context_parallel.py) with inner_precise 0: the rows
+  that take that path say so (docs/ascend.md, "The emulated ops against the op reference").
+- `actual_seq_qlen` / `actual_seq_kvlen` / `prefix` are `int[]` (host lists): a Tensor is refused (it is what the
+  separate npu_fusion_attention_v3 takes). Trailing zeros after the last end are legal padding of the list.
+- `softmax_layout` (op-plugin's signature, "" by default) is accepted as "" only: another layout of the softmax
+  statistics is not emulated.
 - The grad op uses the softmax_max / softmax_sum / attention_in it is GIVEN (ring attention passes the statistics
   merged over all KV blocks, so per-block grads add up to the full grads).
 """
@@ -47,10 +53,19 @@ def _check_mask_dtype(op, mask):
         refuse(op, f"atten_mask of dtype {mask.dtype} (bool or uint8 only)")
 
 
+def _host_ints(op, name, value):
+    """An `int[]` argument: a host list / tuple of ints, never a Tensor."""
+    if isinstance(value, torch.Tensor):
+        refuse(op, f"{name} as a Tensor (the op takes int[]: pass a list, e.g. cu_seqlens.tolist())")
+    return [int(v) for v in value]
+
+
 def _cum_list(op, name, value, total):
     if value is None:
         refuse(op, f"layout TND without {name}")
-    ends = [int(v) for v in (value.tolist() if isinstance(value, torch.Tensor) else value)]
+    ends = _host_ints(op, name, value)
+    while len(ends) > 1 and ends[-1] == 0:  # trailing zeros pad the list: legal, they end nothing
+        ends.pop()
     if not ends or any(b < a for a, b in zip([0, *ends], ends)) or ends[-1] != total:
         refuse(op, f"{name}={ends} (must be non-decreasing cumulative ends finishing at T={total})")
     return ends
@@ -188,13 +203,16 @@ def _expand_given(op, mask, batch, sq, sk):
 
 
 def _prepare(op, query, key, value, head_num, input_layout, *, pse, padding_mask, atten_mask, keep_prob, pre, nxt,
-             inner_precise, prefix, actual_seq_qlen, actual_seq_kvlen, sparse_mode):
+             inner_precise, prefix, actual_seq_qlen, actual_seq_kvlen, sparse_mode, softmax_layout=""):
     if pse is not None:
         refuse(op, "pse (positional bias)")
     if padding_mask is not None:
         refuse(op, "padding_mask (reserved by CANN)")
     if prefix is not None:
+        _host_ints(op, "prefix", prefix)
         refuse(op, "prefix")
+    if softmax_layout != "":
+        refuse(op, f"softmax_layout={softmax_layout!r} (only the default '' is emulated)")
     if float(keep_prob) != 1.0:
         refuse(op, f"keep_prob={keep_prob} (dropout)")
     if inner_precise not in (0, 1):
@@ -217,6 +235,10 @@ def _prepare(op, query, key, value, head_num, input_layout, *, pse, padding_mask
     mask = _build_mask(op, sq=q.shape[2], sk=k.shape[2], batch=q.shape[0], atten_mask=atten_mask,
                        sparse_mode=int(sparse_mode), pre=int(pre), nxt=int(nxt), q_ends=q_ends, kv_ends=kv_ends,
                        device=query.device)
+    if mask is not None and bool(mask.all(dim=-1).any()):
+        refuse(op, f"a fully masked query row (every key masked; sparse_mode={int(sparse_mode)}, "
+                   f"inner_precise={inner_precise}): the device's output for it is not documented (the reference "
+                   "only says inner_precise 2's invalid-row computation avoids its precision loss)")
     return q, k, v, mask, q_ends
 
 
@@ -319,14 +341,14 @@ class _FusionAttention(torch.autograd.Function):
 def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None, atten_mask=None,
                          scale=1.0, keep_prob=1.0, pre_tockens=_BIG, next_tockens=_BIG, inner_precise=0,
                          prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
-                         gen_mask_parallel=True, sync=False):
+                         gen_mask_parallel=True, sync=False, softmax_layout=""):
     op = "npu_fusion_attention"
     note(f"{op}[{input_layout}, sparse_mode={int(sparse_mode)}]")
     q, k, v, mask, q_ends = _prepare(op, query, key, value, head_num, input_layout, pse=pse,
                                      padding_mask=padding_mask, atten_mask=atten_mask, keep_prob=keep_prob,
                                      pre=pre_tockens, nxt=next_tockens, inner_precise=inner_precise, prefix=prefix,
                                      actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
-                                     sparse_mode=sparse_mode)
+                                     sparse_mode=sparse_mode, softmax_layout=softmax_layout)
     out, row_max, row_sum = _FusionAttention.apply(q, k, v, mask, float(scale), input_layout)
     attention_out = _from_bnsd(out, input_layout)
     softmax_max = _stats_to_layout(row_max.detach(), input_layout, q_ends)
@@ -340,7 +362,7 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
                               attention_in=None, scale_value=1.0, keep_prob=1.0, pre_tockens=_BIG,
                               next_tockens=_BIG, inner_precise=0, seed=0, offset=0, numels=0, prefix=None,
                               actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True,
-                              sync=False):
+                              sync=False, softmax_layout=""):
     """-> (dq, dk, dv, dpse) in the input layout; uses the given softmax_max/softmax_sum/attention_in."""
     op = "npu_fusion_attention_grad"
     note(f"{op}[{input_layout}, sparse_mode={int(sparse_mode)}]")
@@ -351,7 +373,7 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
                                      padding_mask=padding_mask, atten_mask=atten_mask, keep_prob=keep_prob,
                                      pre=pre_tockens, nxt=next_tockens, inner_precise=inner_precise, prefix=prefix,
                                      actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
-                                     sparse_mode=sparse_mode)
+                                     sparse_mode=sparse_mode, softmax_layout=softmax_layout)
     scale = float(scale_value)
     with torch.no_grad():
         if all(given):

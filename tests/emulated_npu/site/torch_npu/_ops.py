@@ -20,9 +20,17 @@ def npu_rms_norm(x, gamma, epsilon=1e-6):
     mindspeed/te/pytorch/module/layernorm_column_parallel_linear.py (all take [0]; the last one notes the op is
     gamma*x_norm only, no (1+gamma)).
     """
+    op = "npu_rms_norm"
     g = gamma.dim()
     if g == 0 or tuple(x.shape[-g:]) != tuple(gamma.shape):
-        refuse("npu_rms_norm", f"gamma of shape {tuple(gamma.shape)} for x of shape {tuple(x.shape)}")
+        refuse(op, f"gamma of shape {tuple(gamma.shape)} for x of shape {tuple(x.shape)}")
+    if not 1 <= x.dim() <= 8:
+        refuse(op, f"a {x.dim()}-d input (the reference: 1 to 8 dims)")
+    # the reference: "gamma: its dtype must be the same as self's" (torch_npu API reference, npu_rms_norm);
+    # upcasting a bf16 input to an fp32 gamma's dtype here would hide a call the device may compute otherwise
+    if gamma.dtype != x.dtype:
+        refuse(op, f"gamma of dtype {gamma.dtype} for an input of dtype {x.dtype} (the reference requires equal "
+                   "dtypes)")
     dims = tuple(range(-g, 0))
     xf = _math(x)
     rstd = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + float(epsilon))
@@ -59,10 +67,53 @@ def _rope(x, c, s, interleaved):
     return out.to(x.dtype)
 
 
+#: x's layouts and, for each, the r1 / r2 shapes the reference lists (torch_npu API reference, npu_rotary_mul,
+#: constraints for Atlas A2 / A3: "x BNSD: 11SD, B1SD, BNSD; x BSND: 1S1D, BS1D, BSND; x SBND: S11D, SB1D, SBND")
+ROTARY_R_SHAPES = {"BNSD": ("11SD", "B1SD", "BNSD"), "BSND": ("1S1D", "BS1D", "BSND"), "SBND": ("S11D", "SB1D", "SBND")}
+ROTARY_MAX_D = 896  # D < 896 and even
+ROTARY_MAX_BN = 1000  # half: B < 1000 and N < 1000; interleave: B * N < 1000
+
+
+def _rotary_layouts(x, r):
+    """The documented layouts of x under which r's shape is one of the listed ones."""
+    found = []
+    for layout, r_forms in ROTARY_R_SHAPES.items():
+        dims = dict(zip(layout, x.shape))
+        for form in r_forms:
+            want = tuple(1 if c == "1" else dims[c] for c in form)
+            if tuple(r.shape) == want:
+                found.append((layout, dims))
+                break
+    return found
+
+
 def npu_rotary_mul(x, r1, r2, rotary_mode="half"):
-    """x * r1 + rotate(x) * r2; rotary_mode 'half' = rotate_half, 'interleave' = pairwise."""
+    """x * r1 + rotate(x) * r2; rotary_mode 'half' = rotate_half, 'interleave' = pairwise. Only the reference's
+    4-D layouts and sizes (ROTARY_R_SHAPES, ROTARY_MAX_*): a 3-D or other broadcastable call may fail or differ on
+    the device, so it is refused."""
+    op = "npu_rotary_mul"
     if rotary_mode not in ("half", "interleave"):
-        refuse("npu_rotary_mul", f"rotary_mode={rotary_mode!r}")
+        refuse(op, f"rotary_mode={rotary_mode!r}")
+    if x.dim() != 4 or r1.dim() != 4 or r2.dim() != 4:
+        refuse(op, f"input / r1 / r2 of {x.dim()} / {r1.dim()} / {r2.dim()} dims (the reference: 4-D each)")
+    d = x.shape[-1]
+    if d % 2 or d >= ROTARY_MAX_D:
+        refuse(op, f"D={d} (the reference: even and below {ROTARY_MAX_D})")
+    if tuple(r1.shape) != tuple(r2.shape):
+        refuse(op, f"r1 of shape {tuple(r1.shape)} and r2 of shape {tuple(r2.shape)}")
+    layouts = _rotary_layouts(x, r1)
+    if not layouts:
+        documented = "; ".join(f"x {k}: {'/'.join(v)}" for k, v in ROTARY_R_SHAPES.items())
+        refuse(op, f"r1/r2 of shape {tuple(r1.shape)} for input {tuple(x.shape)}: not one of the documented "
+                   f"layouts ({documented})")
+
+    def bounded(dims):
+        if rotary_mode == "half":
+            return dims["B"] < ROTARY_MAX_BN and dims["N"] < ROTARY_MAX_BN
+        return dims["B"] * dims["N"] < ROTARY_MAX_BN
+    if not any(bounded(dims) for _, dims in layouts):
+        refuse(op, f"input {tuple(x.shape)} with B / N beyond the reference's bounds for rotary_mode "
+                   f"{rotary_mode!r} (half: B, N < {ROTARY_MAX_BN}; interleave: B*N < {ROTARY_MAX_BN})")
     return _rope(x, r1, r2, rotary_mode == "interleave")
 
 

@@ -31,7 +31,7 @@ MEGATRON_DIMS = frozenset({"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sequence
 MEGATRON_MEMORY = MemoryTraits(sharding="model_parallel", load="sharded_read", grad_buffer=True, cpu_layer_factor=1.9,
                                cpu_attention_matrix=True,
                                micro_batch_rows="parity.engines.megatron.rules:micro_batch_rows")
-#: transformers models under FSDP2 that every rank loads whole (engines/hf_common.py load_hf_model), then shards
+#: transformers models under FSDP2 that every rank loads whole (engines/hf/common.py load_hf_model), then shards
 FSDP_MEMORY = MemoryTraits(sharding="fully_sharded", load="replicated")
 #: fsdp2 loads as verl does: rank 0 on the host, the others on meta, tensors broadcast into their shards
 FSDP2_MEMORY = MemoryTraits(sharding="fully_sharded", load="rank0_broadcast")
@@ -46,29 +46,29 @@ MINDSPEED = Requirement(module="mindspeed", why="needs the mindspeed package (in
 
 #: the three-way lane's baselines: the hf engine at the candidate's dtype, as torch.autocast over fp32 weights (HF
 #: Trainer / Accelerate's recipe) or as low-precision weights cast from fp32 masters the optimizer steps (FSDP2's
-#: MixedPrecisionPolicy, Megatron's and MindSpeed's recipe); engines/hf.py implements both
+#: MixedPrecisionPolicy, Megatron's and MindSpeed's recipe); engines/hf/engine.py implements both
 HF_REFERENCE = ReferenceRecipe(kwargs_block="engine_kwargs", baselines={
     "hf": Baseline(label="autocast", kwargs={"precision": "autocast"}),
     "hf_master_weights": Baseline(label="master_weights", kwargs={"precision": "master_weights"})})
 
 HF = EngineSpec(
-    name="hf", engine="parity.engines.hf:HFEngine",
+    name="hf", engine="parity.engines.hf.engine:HFEngine",
     summary="transformers model in one process; the reference engine",
     packings=PACKINGS, checkpoints=("resume", "convert"),
     kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, memory=MemoryTraits(scored="response"),
-    preload=("transformers", "parity.engines.hf"), source=("parity.engines.hf_common",), reference=HF_REFERENCE)
+    preload=("transformers", "parity.engines.hf.engine"), source=("parity.engines.hf.common",), reference=HF_REFERENCE)
 
 #: imported after the planned engines' preload when it holds transformers and no planned engine patches while
 #: loading: transformers' modeling base and its checkpoint conversion table (engines/transformers_warm.py)
 TRANSFORMERS_WARM = ("transformers.modeling_utils", "parity.engines.transformers_warm")
 
 FSDP2 = EngineSpec(
-    name="fsdp2", engine="parity.engines.fsdp2:FSDP2Engine", aliases=("fsdp",),
+    name="fsdp2", engine="parity.engines.fsdp2.engine:FSDP2Engine", aliases=("fsdp",),
     summary="transformers model under torch FSDP2 fully_shard, with Ulysses sequence parallel or 2-D FSDP x TP",
     packings=PACKINGS, checkpoints=("resume", "convert"),
     dims=frozenset({"dp", "ulysses", "tp"}), kwargs_blocks=("fsdp_kwargs",),
     rules="parity.engines.specs:fsdp2_layout_errors", memory=FSDP2_MEMORY,
-    preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2"),
+    preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2.engine"),
     verl=VerlNames(family="fsdp", block="fsdp_config", config="FSDPEngineConfig", implied=True, default=True))
 
 #: the Megatron engines' dist-ckpt writer against the installed torch / numpy
@@ -96,7 +96,7 @@ MINDSPEED_PRELOAD = ("transformers", "transformers.models.auto.configuration_aut
                      "torch._dynamo")
 
 MINDSPEED_MEGATRON = EngineSpec(
-    name="mindspeed_megatron", engine="parity.engines.mindspeed_megatron:MindSpeedMegatronEngine",
+    name="mindspeed_megatron", engine="parity.engines.mindspeed.megatron:MindSpeedMegatronEngine",
     summary="the Megatron engine with Ascend MindSpeed's adaptor re-patched for the layout",
     packings=PACKINGS, checkpoints=("resume", "convert"), checkpoint_check=MEGATRON_DIST_CKPT,
     retired={"mindspeed_llm": "verl renamed the MindSpeed-LLM strategy"},
@@ -106,12 +106,12 @@ MINDSPEED_MEGATRON = EngineSpec(
     requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",
                                                 why="needs mindspeed.megatron_adaptor (MindSpeed Core)"),
               MEGATRON_CORE),
-    environment_check="parity.engines.mindspeed_env:megatron_pairing_problem", memory=MEGATRON_MEMORY,
+    environment_check="parity.engines.mindspeed.env:megatron_pairing_problem", memory=MEGATRON_MEMORY,
     devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("megatron", "mindspeed"),
     verl=VerlNames(family="megatron", block="megatron", config="McoreEngineConfig"))
 
 MINDSPEED_FSDP = EngineSpec(
-    name="mindspeed_fsdp", engine="parity.engines.mindspeed_fsdp:MindSpeedFSDPEngine",
+    name="mindspeed_fsdp", engine="parity.engines.mindspeed.fsdp:MindSpeedFSDPEngine",
     summary="MindSpeed's FSDP parallel engine (mindspeed.fsdp) over a transformers model",
     packings=PACKINGS,
     retired={"mindspeed_mm": "MindSpeed-MM's FSDP path is MindSpeed's FSDP engine"},

@@ -151,6 +151,6 @@ def _has_megatron_bridge() -> bool:
 
 def mindspeed_environment_problem() -> str | None:
     """verl's version, then the MindSpeed tree's pairing with the installed megatron-core."""
-    from parity.engines.mindspeed_env import megatron_pairing_problem
+    from parity.engines.mindspeed.env import megatron_pairing_problem
 
     return source.problem() or megatron_pairing_problem()

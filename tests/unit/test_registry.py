@@ -60,10 +60,10 @@ def test_spec_rejects_unknown_dims_and_kwargs_blocks():
 def test_preload_leaves_out_what_a_planned_engine_must_import_first():
     spec = {s.name: s for s in BUILTIN}
     alone = registry.preload_modules([spec["megatron"], spec["fsdp2"]])
-    assert "megatron.core" in alone and "parity.engines.fsdp2" in alone
+    assert "megatron.core" in alone and "parity.engines.fsdp2.engine" in alone
     with_mindspeed = registry.preload_modules([spec["megatron"], spec["fsdp2"], spec["mindspeed_megatron"]])
     assert not [m for m in with_mindspeed if "megatron" in m]  # MindSpeed patches megatron before its import
-    assert "parity.engines.fsdp2" in with_mindspeed
+    assert "parity.engines.fsdp2.engine" in with_mindspeed
 
 
 def test_preload_brings_the_planned_models_modeling_modules_unless_an_engine_patches_while_loading():

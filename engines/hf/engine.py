@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from parity.engines.feeds import packed_feed, unpack
-from parity.engines.hf_common import (
+from parity.engines.hf.common import (
     HF_STATE,
     RouterLoads,
     autocast,

@@ -1,5 +1,5 @@
 """`fsdp2`: the transformers model under torch FSDP2 `fully_shard` on N ranks, with optional Ulysses sequence
-parallel OR tensor parallel (2-D FSDP x TP, as torchtitan does it; engines/tensor_parallel.py has the plan).
+parallel OR tensor parallel (2-D FSDP x TP, as torchtitan does it; engines/fsdp2/tensor_parallel.py has the plan).
 
 Ranks are laid out as (dp, inner) with inner = ulysses or tp, fastest. With Ulysses, FSDP shards over the whole
 world (as verl does), rows are split over dp and the sequence over each ulysses group. With TP, FSDP shards over
@@ -15,9 +15,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parity.engines import tensor_parallel, ulysses
+from parity.engines.fsdp2.engine import tensor_parallel, ulysses
 from parity.engines.feeds import Feed, packed_feed, padded_feed
-from parity.engines.hf_common import (
+from parity.engines.hf.common import (
     broadcast_into_shards,
     hf_state_to_checkpoint,
     load_hf_model,

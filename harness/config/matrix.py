@@ -25,7 +25,7 @@ from parity.harness.config.registry import (
     third_party_spec,
 )
 from parity.harness.config.renames import RENAMED_KEYS
-from parity.harness.config.verl_config import translate
+from parity.engines.verl.vocabulary import translate
 from parity.harness.contract.schema import Scenario
 
 AXES = ("model", "strategy", "engine", "layout", "dtype", "device", "reference", "baseline")

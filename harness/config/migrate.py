@@ -1,6 +1,6 @@
 """Rewrite historic names in scenario files in place, comments kept (`parity migrate FILE...`; with `--check` it
 only reports, a CI gate). Both say which verl version's
-vocabulary each `verl:` block uses (harness/config/verl_config.py)."""
+vocabulary each `verl:` block uses (engines/verl/vocabulary.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.registry import RETIRED
 from parity.harness.config.renames import RENAMED_KEYS
-from parity.harness.config.verl_config import vocabulary
+from parity.engines.verl.vocabulary import vocabulary
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """verl-style config trees, nested and/or dotted, as one dotted key per leaf. Below the engines and the scenario
 parsing both: the verl engines read their `actor_rollout_ref` tree with it (engines/verl/keys.py), and the
-scenario's `verl:` block for the harness's own engines (harness/config/verl_blocks.py)."""
+scenario's `verl:` block for the harness's own engines (engines/verl/blocks.py)."""
 
 from __future__ import annotations
 

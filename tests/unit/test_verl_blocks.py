@@ -1,4 +1,4 @@
-"""verl's engine blocks taken whole by the `verl:` block (harness/config/verl_blocks.py): every key of the blocks
+"""verl's engine blocks taken whole by the `verl:` block (engines/verl/blocks.py): every key of the blocks
 verl generates has a rule (tests/data/verl/generated_blocks.yaml, and the installed verl's own generated configs in
 the verl lane), the blocks as generated translate (one key, use_remove_padding, refused with its reason), nested
 and dotted trees are the same, verl's defaults and Megatron's etp rule apply, and each kind of refusal names the
@@ -15,8 +15,8 @@ import yaml
 
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.matrix import load_file
-from parity.harness.config.verl_blocks import ACTOR
-from parity.harness.config.verl_config import FAMILIES, _rule, translate
+from parity.engines.verl.blocks import ACTOR
+from parity.engines.verl.vocabulary import FAMILIES, _rule, translate
 from parity.harness.contract.config_tree import flatten
 from tests.conftest import DATA
 

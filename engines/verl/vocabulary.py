@@ -3,7 +3,7 @@
 A scenario may carry a `verl:` block instead of `strategy` + `layout`, in either of two forms:
 - verl's trainer config, nested and/or dotted: `actor_rollout_ref.actor.{strategy, megatron, fsdp_config, optim}`
   and `trainer.{n_gpus_per_node, nnodes, device}` — whole blocks as verl generates them; every key translates or
-  is refused with its reason (harness/config/verl_blocks.py);
+  is refused with its reason (engines/verl/blocks.py);
 - the flat engine-config form: McoreEngineConfig / FSDPEngineConfig field names at the top of the block (read
   through the same rules) plus `strategy`, `device`, `n_gpus_per_node`, `nnodes`, `mcore_kwargs`, `fsdp_kwargs`.
 The same constraints verl enforces apply: sequence parallel is forced off at TP=1, `fsdp_size: -1` means the whole
@@ -28,7 +28,7 @@ from typing import Any
 from parity.harness.config.errors import ScenarioError, did_you_mean
 from parity.harness.config.registry import RETIRED, canonical
 from parity.harness.config.renames import RENAMED_KEYS
-from parity.harness.config.verl_blocks import (
+from parity.engines.verl.blocks import (
     ACTOR,
     BLOCK_FAMILY,
     BLOCKS,

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parity.engines.fsdp2.engine import tensor_parallel, ulysses
 from parity.engines.feeds import Feed, packed_feed, padded_feed
+from parity.engines.fsdp2 import tensor_parallel, ulysses
 from parity.engines.hf.common import (
     broadcast_into_shards,
     hf_state_to_checkpoint,

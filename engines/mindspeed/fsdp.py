@@ -27,8 +27,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parity.engines.fsdp2.engine import tensor_parallel, ulysses
 from parity.engines.feeds import Feed
+from parity.engines.fsdp2 import tensor_parallel, ulysses
 from parity.engines.fsdp2.engine import FSDP2Engine
 from parity.engines.fused_ops import COUNTER
 from parity.engines.hf.common import load_hf_model

@@ -180,3 +180,17 @@ def fsdp2_layout_errors(scenario: object, shape: object) -> list[tuple[str, str]
 
 BUILTIN: tuple[EngineSpec, ...] = (HF, FSDP2, MEGATRON, MINDSPEED_MEGATRON, MINDSPEED_FSDP, VERL_FSDP,
                                    VERL_MEGATRON, VERL_MINDSPEED)
+
+#: verl's vocabulary, the one translation of verl's config names into scenarios (both spellings: a `verl:` block for
+#: the engines above, `actor_rollout_ref` for verl's own): read through the registry, as every engine module is
+VERL_VOCABULARY = "parity.engines.verl.vocabulary"
+
+SPECS: dict[str, EngineSpec] = {spec.name: spec for spec in BUILTIN}
+#: accepted other spellings -> strategy name
+ALIASES: dict[str, str] = {alias: spec.name for spec in BUILTIN for alias in spec.aliases}
+#: retired strategy names -> (new name, why)
+RETIRED: dict[str, tuple[str, str]] = {old: (spec.name, why) for spec in BUILTIN for old, why in spec.retired.items()}
+
+
+def canonical(strategy: str) -> str:
+    return ALIASES.get(strategy, strategy)

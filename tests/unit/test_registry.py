@@ -8,9 +8,9 @@ import importlib.metadata as md
 import pytest
 
 from parity.engines.specs import BUILTIN, MEGATRON_LAYOUT_KEYS
+from parity.engines.verl.blocks import MEGATRON as VERL_MEGATRON_BLOCK
 from parity.harness.config import registry, validate
 from parity.harness.config.matrix import parse_scenario
-from parity.engines.verl.blocks import MEGATRON as VERL_MEGATRON_BLOCK
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import EngineSpec, Requirement, module_present
 

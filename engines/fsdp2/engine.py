@@ -32,7 +32,7 @@ from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
-from parity.harness.contract.optim_state import torch_optimizer_steps, zero_adam_moments
+from parity.harness.contract.optim_state import finish_resume, torch_optimizer_steps
 from parity.harness.contract.workload import Batch, per_position
 
 #: where the DCP checkpoint and the scheduler's state go in a checkpoint directory
@@ -199,9 +199,8 @@ class FSDP2Engine(Engine):
         dcp.load(state, checkpoint_id=str(directory / DCP_DIR))
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
-        self.scheduler.load_state_dict(torch.load(directory / SCHEDULER_FILE, weights_only=False))
-        if self.ctx.faults.active("resume_adam_moments_zeroed"):
-            zero_adam_moments(self.optimizer)
+        finish_resume(self.optimizer, None, self.scheduler,
+                      torch.load(directory / SCHEDULER_FILE, weights_only=False), self.ctx.faults)
 
     @classmethod
     def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:

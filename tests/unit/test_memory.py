@@ -89,6 +89,7 @@ def test_validation_warns_over_and_refuses_impossible():
                               dtype="bf16", workload=BIG))
 
 
+@pytest.mark.nightly  # trains a 60 M-parameter model: a measurement of the estimate, run by the nightly's cpu lane
 def test_estimate_is_the_right_order_of_magnitude_on_cpu():
     """The estimate against what a CPU run measures as the harness does (peak RSS, devices.peak_memory_bytes),
     minus the process's RSS before the model exists: tiny models are too small for this (their states are KBs

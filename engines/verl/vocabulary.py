@@ -437,6 +437,10 @@ def prepare_tree(raw: dict[str, Any], keys: EngineKeys) -> tuple[dict[str, Any],
                                                f"{' and '.join(SECTIONS)} sections only"))
     if problems:
         return raw, problems
+    # `${oc.select:path,default}` references of a copy of verl's generated config, resolved as in a `verl:` block
+    given = {f"{BLOCK}.{key}": value for key, value in flat.items()}
+    flat = {key: resolved if done else value for key, value in flat.items()
+            for resolved, done in [resolve_interpolation(value, given)]}
     out = dict(raw)
     # the keys given in the verl tree first, so that a field one of them sets is written into the others
     for key, target in keys.shared.items():

@@ -164,7 +164,7 @@ _REPLAY_ONLY = "read only with router_replay.mode other than disabled"
 _OPTIONAL_SIZES = ("virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size")
 
 MEGATRON: dict[str, Rule] = {
-    # McoreEngineConfig names Megatron's own sizes: the megatron spec's layout-owned keys (engines/specs.py)
+    # McoreEngineConfig names Megatron's own sizes: the megatron spec's layout-owned keys (engines/megatron/spec.py)
     **{name: To(where, _flag if where == "layout.sequence_parallel"
                 else _optional_degree if name in _OPTIONAL_SIZES else _layout_degree)
        for name, where in _implied("McoreEngineConfig").layout_keys.items()},

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from parity.engines.specs import MEGATRON_LAYOUT_KEYS
+from parity.engines.megatron.spec import MEGATRON_LAYOUT_KEYS
 from parity.harness.contract.schema import RL_STEP_FIELDS
 
 BLOCK = "actor_rollout_ref"

@@ -7,7 +7,8 @@ import importlib.metadata as md
 
 import pytest
 
-from parity.engines.specs import BUILTIN, MEGATRON_LAYOUT_KEYS
+from parity.engines.megatron.spec import MEGATRON_LAYOUT_KEYS
+from parity.engines.specs import BUILTIN
 from parity.engines.verl.blocks import MEGATRON as VERL_MEGATRON_BLOCK
 from parity.harness.config import registry, validate
 from parity.harness.config.matrix import parse_scenario

@@ -55,7 +55,7 @@ class FSDP2Engine(Engine):
         if self.sp > 1:
             ulysses.register()
             groups = [dist.new_group(list(range(d * self.sp, (d + 1) * self.sp))) for d in range(self.dp)]
-            ulysses.STATE.group = groups[self.dp_rank]
+            self.ulysses_group = groups[self.dp_rank]
         attention = ulysses.ATTN_NAME if self.sp > 1 else "sdpa"
         # verl's way (rank 0 reads, the others build on meta, tensors broadcast into the shards); under TP the
         # parallelize_module calls distribute every weight from its local value, so every rank loads it
@@ -121,12 +121,11 @@ class FSDP2Engine(Engine):
     def _score_local(self, feed: Feed) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs/entropy for this rank's positions (position i scores token i+1)."""
         device = self.ctx.device
-        if self.sp > 1:
-            ulysses.STATE.key_padding = feed.key_padding
-            ulysses.STATE.positions = feed.stream_positions
+        context = {ulysses.KWARG: ulysses.UlyssesState(self.ulysses_group, feed.key_padding, feed.stream_positions)
+                   } if self.sp > 1 else {}
         mask = feed.attention_mask.to(device) if feed.attention_mask is not None and self.sp == 1 else None
         logits = self.model(input_ids=feed.tokens.to(device), attention_mask=mask,
-                            position_ids=feed.positions.to(device)).logits
+                            position_ids=feed.positions.to(device), **context).logits
         return logprobs_and_entropy(logits, feed.labels.to(device))
 
     @torch.no_grad()

@@ -190,7 +190,7 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         self.dp_rank, self.sp_rank = self.state.get_rank("fsdp"), self.state.get_rank("ulysses")
         self.tp_rank = self.state.get_rank("tp")
         if self.sp > 1:
-            ulysses.STATE.group = self.state.get_group("ulysses")
+            self.ulysses_group = self.state.get_group("ulysses")
         self.compute = _compute_context(self.plan, self.ctx.device.type)
         self.tp_partial = {id(p) for p in tensor_parallel.partial_grad_params(self.model)}
         self.left_out = left_out_of_fsdp(model, self.ms_config)

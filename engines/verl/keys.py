@@ -1,6 +1,6 @@
 """What the harness knows about verl's config keys, stated once, torch-free and verl-free: scenario parsing
-(`prepare`) and validation read it before anything is imported; engines/verl/readback.py implements the named
-read-backs.
+(engines/verl/vocabulary.py, both spellings) and validation read it before anything is imported;
+engines/verl/readback.py implements the named read-backs.
 
 A verl scenario carries verl's own `actor_rollout_ref` tree (its `actor` and `model` sections) verbatim. Three
 kinds of key:

@@ -37,18 +37,21 @@ from parity.harness.run.preload import forkserver_preload
 from parity.harness.run.records import RunRecord
 from parity.harness.run.staged import checkpointed_run
 from parity.harness.run.worker import RunJob, Stage, package_versions
-from parity.reports import results as results_file
+from parity.reports import history
 
 
 def load_history(directories: Iterable[Path]) -> dict[str, list[dict]]:
-    """Scenario id -> its results (metrics, provenance) in each earlier run that measured it, for perf gates."""
-    past: dict[str, list[dict]] = {}
+    """Scenario id -> its results (metrics, provenance) in each earlier run that measured it, oldest first, for perf
+    gates: the runs as `parity history` reads them (reports/history.py load_runs)."""
+    runs = []
     for directory in directories:
         try:
-            earlier = results_file.load([directory])
+            runs += history.load_runs([directory])
         except (OSError, ValueError) as exc:
             raise ScenarioError(f"--history {directory}: cannot read its results ({exc})") from None
-        for result in earlier:
+    past: dict[str, list[dict]] = {}
+    for run in history.chronological(runs):
+        for result in run.results.values():
             if result.get("verdict") in ("PASS", "FAIL"):
                 past.setdefault(result["id"], []).append(result)
     return past

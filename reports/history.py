@@ -63,6 +63,11 @@ def load_runs(directories: list[Path]) -> list[Run]:
             written = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).isoformat(timespec="seconds")
         runs.append(Run(d.name if d.is_dir() else d.parent.name,
                         {r["id"]: r for r in results_file.load([d])}, written))
+    return chronological(runs)
+
+
+def chronological(runs: list[Run]) -> list[Run]:
+    """Oldest first, by Run.started (ties keep the order given)."""
     return sorted(runs, key=lambda run: run.started)
 
 

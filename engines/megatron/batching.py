@@ -5,7 +5,7 @@ split over CP by the engine's `cp_split` (Megatron's own `get_batch_on_this_cp_r
 framework with its own CP attention splits as that attention expects); packed, each micro-batch is one THD stream
 split per sequence (engines/megatron/packing.py). Everything the loss needs is
 aligned with the logits that produce it: position i scores token i+1, so the response values sit at positions
-P-1 .. S-2 (as engines/fsdp2.py does).
+P-1 .. S-2 (as engines/fsdp2/engine.py does).
 """
 
 from __future__ import annotations

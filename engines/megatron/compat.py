@@ -1,5 +1,5 @@
 """Capability probes for the megatron-core releases this engine supports (the range is MEGATRON_CORE in
-engines/specs.py): each asks the installed Megatron what it accepts and calls it that way.
+engines/megatron/spec.py): each asks the installed Megatron what it accepts and calls it that way.
 
 No version comparisons: a probe reads a signature, a dataclass field or an attribute, and it does so at CALL
 time, looking functions up on their module then, so that MindSpeed's patches (applied after import) and vendor
@@ -17,7 +17,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from parity.engines.specs import MEGATRON_CORE
+from parity.engines.megatron.spec import MEGATRON_CORE
 
 
 def takes(func: Callable[..., Any], name: str) -> bool:

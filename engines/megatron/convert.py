@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 import torch
 
+from parity.harness.contract.hf_config import expert_count
+
 ExpertFormat = Literal["per_expert", "fused"]
 LayerMap = Mapping[int, int]
 """Local layer index (position in this chunk's `decoder.layers`) -> global layer index (0-based)."""
@@ -59,7 +61,7 @@ class ModelArch:
         model_type = str(getattr(text, "model_type", ""))
         heads = int(text.num_attention_heads)
         layers = int(text.num_hidden_layers)
-        experts = int(getattr(text, "num_experts", None) or getattr(text, "num_local_experts", None) or 0)
+        experts = expert_count(text)
         moe_layers: tuple[bool, ...] = ()
         moe_ffn = 0
         if experts:

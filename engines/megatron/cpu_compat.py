@@ -2,7 +2,7 @@
 
 Megatron-Core assumes CUDA in a handful of places (see docs/megatron.md for the list and why each patch is
 sound). This shim patches private functions that have the same signatures in every release of the supported
-range (MEGATRON_CORE in engines/specs.py), probing for what differs between them; it refuses a release outside
+range (MEGATRON_CORE in engines/megatron/spec.py), probing for what differs between them; it refuses a release outside
 that range rather than patch something it has not read. `CpuCompat.apply()` records every attribute it
 replaces and `restore()` puts them back, so a forked rank that runs another engine afterwards sees stock torch
 and Megatron. On cuda / npu nothing here runs.

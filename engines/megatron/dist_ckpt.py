@@ -70,7 +70,7 @@ def dist_ckpt_to_hf(directory: Path, hf_dir: Path, base: Path, faults: Any) -> N
     lm_head is written: transformers then initialises one)."""
     import transformers
 
-    from parity.engines.hf_common import hf_state_to_checkpoint
+    from parity.engines.hf.common import hf_state_to_checkpoint
 
     config = transformers.AutoConfig.from_pretrained(base)
     arch = ModelArch.from_hf_config(config)

@@ -38,7 +38,7 @@ from parity.engines.specs import MEGATRON
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
-from parity.harness.contract.optim_state import torch_optimizer_steps, zero_adam_moments
+from parity.harness.contract.optim_state import finish_resume, torch_optimizer_steps
 from parity.harness.contract.workload import Batch
 
 #: Megatron pads the vocabulary to a multiple of this times TP (its `make_vocab_size_divisible_by` default)
@@ -455,10 +455,8 @@ class MegatronEngine(Engine):
         state = dist_checkpointing.load(self._sharded_state(loading=True), str(directory / DIST_CKPT_DIR))
         for index, chunk in enumerate(self.model):
             chunk.module.load_state_dict(state[f"model{index}" if len(self.model) > 1 else "model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["opt_param_scheduler"])
-        if self.ctx.faults.active("resume_adam_moments_zeroed"):
-            zero_adam_moments(self.optimizer)
+        finish_resume(self.optimizer, state["optimizer"], self.scheduler, state["opt_param_scheduler"],
+                      self.ctx.faults)
 
     @classmethod
     def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:

@@ -1,6 +1,6 @@
 """What the harness knows about verl's config keys, stated once, torch-free and verl-free: scenario parsing
-(`prepare`) and validation read it before anything is imported; engines/verl/readback.py implements the named
-read-backs.
+(engines/verl/vocabulary.py, both spellings) and validation read it before anything is imported;
+engines/verl/readback.py implements the named read-backs.
 
 A verl scenario carries verl's own `actor_rollout_ref` tree (its `actor` and `model` sections) verbatim. Three
 kinds of key:
@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from parity.harness.contract.config_tree import flatten
+from parity.engines.megatron.spec import MEGATRON_LAYOUT_KEYS
+from parity.harness.contract.schema import RL_STEP_FIELDS
 
 BLOCK = "actor_rollout_ref"
 SECTIONS = ("actor", "model")
@@ -98,10 +99,26 @@ SCHEDULE_READ_BACK = {key: ReadBack("schedule", _SCHEDULE) for key in (
 #: what verl's trainer writes into the optimizer config; the harness writes it from workload.steps
 TRAINER_SET = Refused(-1, "verl's trainer sets it from the run's length; the harness sets it from workload.steps")
 
-COMMON_SHARED = {
+#: verl's optimizer keys that restate a workload field, in both of verl's optimizer configs (the `verl:` block's
+#: optim rules are these too: engines/verl/blocks.py)
+OPTIM_SHARED = {
     "actor.optim.lr": "workload.lr",
     "actor.optim.weight_decay": "workload.weight_decay",
     "actor.optim.clip_grad": "workload.grad_clip",
+    **SCHEDULE_SHARED,
+}
+#: verl's actor keys of the RL step that restate a workload field (schema.RL_STEP_FIELDS). Which of them an engine
+#: implements away from its default is its EngineSpec's `rl_step`; validation refuses the others there, so no
+#: refusal here can outlive the feature
+RL_STEP_SHARED = {
+    "actor.use_kl_loss": "workload.use_kl_loss",
+    "actor.policy_loss.loss_mode": "workload.policy_loss",
+    "actor.ppo_epochs": "workload.ppo_epochs",
+}
+assert {field.removeprefix("workload.") for field in RL_STEP_SHARED.values()} <= set(RL_STEP_FIELDS)
+
+COMMON_SHARED = {
+    **OPTIM_SHARED,
     "actor.clip_ratio": "workload.clip_ratio",
     "actor.clip_ratio_low": "workload.clip_ratio",
     "actor.clip_ratio_high": "workload.clip_ratio",
@@ -109,7 +126,7 @@ COMMON_SHARED = {
     "actor.loss_agg_mode": "workload.loss_agg_mode",
     "actor.ppo_mini_batch_size": "workload.batch_size",
     "model.use_remove_padding": "workload.packing",
-    **SCHEDULE_SHARED,
+    **RL_STEP_SHARED,
 }
 
 COMMON_READ_BACK = {
@@ -135,12 +152,15 @@ COMMON_READ_BACK = {
     "model.override_config.*": ReadBack("hf_config", "the attribute on the built model's config"),
 }
 
-COMMON_REFUSED = {
-    "actor.use_kl_loss": Refused(False, "the reference's loss has no KL term (and no reference policy runs)"),
-    "actor.policy_loss.loss_mode": Refused("vanilla", "the reference computes verl's vanilla PPO-clip loss only"),
-    "actor.ppo_epochs": Refused(1, "the harness runs one update per step, as the reference does"),
-    "actor.rollout_n": Refused(1, "ppo_mini_batch_size counts sequences here: one response per prompt"),
+#: the optimizer keys both of verl's optimizer configs have, taken at one value by every engine (the workload's
+#: schedule has no other); the `verl:` block's optim rules read these too
+OPTIM_REFUSED = {
     "actor.optim.total_training_steps": TRAINER_SET,
+}
+
+COMMON_REFUSED = {
+    **OPTIM_REFUSED,
+    "actor.rollout_n": Refused(1, "ppo_mini_batch_size counts sequences here: one response per prompt"),
     "model.lora_rank": Refused(0, "the reference trains every weight, not a LoRA adapter"),
     "model.use_fused_kernels": Refused(False, "verl's fused kernels need a GPU"),
     "model.use_liger": Refused(False, "liger kernels need a GPU"),
@@ -149,11 +169,19 @@ COMMON_REFUSED = {
 FSDP_SCHEDULE = {"actor.optim.lr_scheduler_type": "workload.lr_scheduler_type",
                  "actor.optim.min_lr_ratio": "workload.min_lr_ratio"}
 
+#: FSDPOptimizerConfig's schedule keys, taken at the one value the workload's schedule has
+FSDP_OPTIM_REFUSED = {
+    "actor.optim.num_cycles": Refused(0.5, "the workload's cosine is a half cycle"),
+    "actor.optim.zero_indexed_step": Refused(True, "the workload's schedule counts the first update as step 0, as "
+                                                   "verl's default"),
+    "actor.optim.warmup_style": Refused(None, "verl's deprecated spelling of lr_scheduler_type: give that"),
+}
+
 FSDP = EngineKeys(
     backends=("fsdp", "fsdp2"),
     shared={**COMMON_SHARED, **FSDP_SCHEDULE, "actor.fsdp_config.mixed_precision.param_dtype": "dtype",
             "actor.fsdp_config.ulysses_sequence_parallel_size": "layout.ulysses"},
-    quiet_defaults=frozenset({*SCHEDULE_SHARED, *FSDP_SCHEDULE}),
+    quiet_defaults=frozenset({*SCHEDULE_SHARED, *FSDP_SCHEDULE, *RL_STEP_SHARED}),
     read_back={**COMMON_READ_BACK, **SCHEDULE_READ_BACK,
                "actor.fsdp_config.reshard_after_forward": ReadBack(
                    "fsdp_reshard", "reshard-after-forward of every FSDP unit (FSDP1: its sharding strategy)"),
@@ -176,11 +204,7 @@ FSDP = EngineKeys(
                "actor.grad_clip": ReadBack("clip_threshold", "max_norm verl passed to its grad clipping",
                                            dropped_in="verl/workers/engine/fsdp/transformer_impl.py optimizer_step "
                                                       "(clips at optim.clip_grad only)")},
-    refused={**COMMON_REFUSED,
-             "actor.optim.num_cycles": Refused(0.5, "the workload's cosine is a half cycle"),
-             "actor.optim.zero_indexed_step": Refused(True, "the workload's schedule counts the first update as "
-                                                            "step 0, as verl's default"),
-             "actor.optim.warmup_style": Refused(None, "verl's deprecated spelling of lr_scheduler_type: give that"),
+    refused={**COMMON_REFUSED, **FSDP_OPTIM_REFUSED,
              "actor.fsdp_config.forward_only": Refused(False, "a forward-only engine cannot train"),
              "actor.fsdp_config.wrap_policy.min_num_params": Refused(
                  0, "the harness reads back class-based wrapping only (transformer_layer_cls_to_wrap)")},
@@ -201,115 +225,11 @@ def same_value(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _get(raw: Mapping[str, Any], path: str) -> Any:
-    node: Any = raw
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _set(raw: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    head, _, rest = path.partition(".")
-    if not rest:
-        return {**raw, head: value}
-    inner = raw.get(head)
-    return {**raw, head: _set(dict(inner) if isinstance(inner, Mapping) else {}, rest, value)}
-
-
-def _field_default(path: str) -> Any:
-    from parity.harness.contract.schema import Layout, Scenario, Workload
-
-    head, _, rest = path.partition(".")
-    if head == "workload":
-        return Workload.model_fields[rest].default
-    if head == "layout":
-        return Layout.model_fields[rest].default
-    return Scenario.model_fields[head].default
-
-
-def _field_problem(path: str, value: Any) -> str | None:
-    """Why the scenario field cannot take a value derived from a verl key (its schema type)."""
-    from pydantic import TypeAdapter, ValidationError
-
-    from parity.harness.contract.schema import Layout, Scenario, Workload
-
-    head, _, rest = path.partition(".")
-    model, name = {"workload": (Workload, rest), "layout": (Layout, rest)}.get(head, (Scenario, head))
-    try:
-        TypeAdapter(model.model_fields[name].annotation).validate_python(value)
-    except ValidationError as exc:
-        return exc.errors()[0]["msg"]
-    return None
-
-
-def _to_scenario(field: str, value: Any) -> Any:
-    if field == "dtype":
-        return DTYPE_NAMES.get(str(value), value)
-    if field == "workload.packing" and isinstance(value, bool):
-        return PACKING[value]
-    return value
-
-
-def _to_verl(field: str, value: Any) -> Any:
-    if field == "dtype":
-        return VERL_DTYPE.get(value, value)
-    if field == "workload.packing":
-        return {v: k for k, v in PACKING.items()}.get(value, value)
-    return value
-
-
-def _same(field: str, verl_value: Any, scenario_value: Any) -> bool:
-    converted = _to_scenario(field, verl_value)
-    if isinstance(converted, (int, float)) and not isinstance(converted, bool):
-        return isinstance(scenario_value, (int, float)) and float(converted) == float(scenario_value)
-    return converted == scenario_value
-
-
-def prepare(raw: dict[str, Any], keys: EngineKeys) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Flatten the scenario's verl tree and reconcile the keys that restate a scenario field (module docstring)."""
-    flat, problems = flatten(raw.get(BLOCK) or {})
-    for key in flat:
-        if key.split(".", 1)[0] not in SECTIONS:
-            problems.append((f"{BLOCK}.{key}", f"the verl engines read actor_rollout_ref's "
-                                               f"{' and '.join(SECTIONS)} sections only"))
-    if problems:
-        return raw, problems
-    out = dict(raw)
-    # the keys given in the verl tree first, so that a field one of them sets is written into the others
-    for key, field in keys.shared.items():
-        if (given_verl := flat.get(key)) is None:
-            continue
-        if (given_scenario := _get(out, field)) is None:
-            derived = _to_scenario(field, given_verl)
-            if (problem := _field_problem(field, derived)) is not None:
-                problems.append((f"{BLOCK}.{key}", f"{given_verl!r} cannot be the scenario's {field}: {problem}"))
-                continue
-            out = _set(out, field, derived)
-        elif not _same(field, given_verl, given_scenario):
-            problems.append((f"{BLOCK}.{key}", f"{given_verl!r} disagrees with the scenario's {field} "
-                                               f"{given_scenario!r}: give it once"))
-    for key, field in keys.shared.items():
-        if key not in flat:
-            value = _get(out, field)
-            if key in keys.quiet_defaults and (value is None or value == _field_default(field)):
-                continue
-            flat[key] = _to_verl(field, _field_default(field) if value is None else value)
-            if key in keys.verl_none and flat[key] == keys.verl_none[key]:
-                flat[key] = None
-    out[BLOCK] = flat
-    return out, problems
-
-
 # ---- verl's Megatron engine (McoreActorConfig: actor.megatron is its McoreEngineConfig) --------------------------
-_MEGATRON_SIZES = {
-    "tensor_model_parallel_size": "layout.tp",
-    "pipeline_model_parallel_size": "layout.pp",
-    "virtual_pipeline_model_parallel_size": "layout.vpp",
-    "context_parallel_size": "layout.cp",
-    "expert_model_parallel_size": "layout.ep",
-}
+#: McoreEngineConfig names Megatron's own sizes (the megatron spec's layout-owned keys); the expert TP size follows
+#: the layout's own rule (rules.prepare_megatron)
+_MEGATRON_SIZES = {key: field for key, field in MEGATRON_LAYOUT_KEYS.items()
+                   if field not in ("layout.etp", "layout.sequence_parallel")}
 #: verl's engine sets the model's sequence parallelism itself on the vanilla-mbridge path (mbridge: tp > 1), and
 #: forwards McoreEngineConfig.sequence_parallel only on the Megatron-Bridge path
 SEQUENCE_PARALLEL_DROP = ("verl/workers/engine/megatron/transformer_impl.py:328-333 (vanilla mbridge: only "
@@ -322,9 +242,18 @@ BETAS_DROP = ("verl/utils/megatron/optimizer.py:126-217 init_megatron_optim_conf
 
 MEGATRON_SCHEDULE = {"actor.optim.lr_decay_style": "workload.lr_scheduler_type"}
 
+#: McoreOptimizerConfig's schedule keys, taken at the one value the workload's schedule has
+MEGATRON_OPTIM_REFUSED = {
+    "actor.optim.lr_warmup_init": Refused(0.0, "the workload's warmup starts from 0"),
+    "actor.optim.lr_decay_steps": Refused(None, "the workload's decay runs over its steps (verl's None: "
+                                                "total_training_steps)"),
+    "actor.optim.weight_decay_incr_style": Refused("constant", "the workload's weight decay is constant"),
+    "actor.optim.lr_wsd_decay_steps": Refused(None, "the workload's schedule has no WSD phase"),
+}
+
 MEGATRON = EngineKeys(
     backends=("megatron",),
-    quiet_defaults=frozenset({*SCHEDULE_SHARED, *MEGATRON_SCHEDULE}),
+    quiet_defaults=frozenset({*SCHEDULE_SHARED, *MEGATRON_SCHEDULE, *RL_STEP_SHARED}),
     shared={**COMMON_SHARED, **MEGATRON_SCHEDULE, "actor.megatron.dtype": "dtype",
             "actor.megatron.sequence_parallel": "layout.sequence_parallel",
             **{f"actor.megatron.{key}": field for key, field in _MEGATRON_SIZES.items()}},
@@ -379,11 +308,7 @@ MEGATRON = EngineKeys(
              "actor.megatron.use_dist_checkpointing": Refused(False, "the engine loads the scenario's HF checkpoint"),
              "actor.megatron.dynamic_context_parallel": Refused(False, "not read back here (needs packed batches "
                                                                        "and Megatron's dynamic CP groups)"),
-             "actor.optim.use_precision_aware_optimizer": Refused(False, "needs Transformer Engine's FusedAdam"),
-             "actor.optim.lr_warmup_init": Refused(0.0, "the workload's warmup starts from 0"),
-             "actor.optim.lr_decay_steps": Refused(None, "the workload's decay runs over its steps (verl's None: "
-                                                         "total_training_steps)"),
-             "actor.optim.weight_decay_incr_style": Refused("constant", "the workload's weight decay is constant"),
-             "actor.optim.lr_wsd_decay_steps": Refused(None, "the workload's schedule has no WSD phase")},
+             **MEGATRON_OPTIM_REFUSED,
+             "actor.optim.use_precision_aware_optimizer": Refused(False, "needs Transformer Engine's FusedAdam")},
     verl_none={"actor.megatron.virtual_pipeline_model_parallel_size": 1},
 )

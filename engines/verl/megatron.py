@@ -125,8 +125,8 @@ class VerlMindSpeedEngine(VerlMegatronEngine):
 
     def setup(self) -> None:
         from parity.engines.fused_ops import COUNTER
-        from parity.engines.mindspeed_env import megatron_pairing_problem
-        from parity.engines.mindspeed_megatron import import_adaptor
+        from parity.engines.mindspeed.env import megatron_pairing_problem
+        from parity.engines.mindspeed.megatron import import_adaptor
         from parity.engines.verl import source
 
         VERL_MINDSPEED.require()
@@ -159,7 +159,7 @@ class VerlMindSpeedEngine(VerlMegatronEngine):
             sys.modules.update(getattr(self, "_hidden_modules", {}))
 
     def run_provenance(self) -> dict[str, Any]:
-        from parity.engines.mindspeed_megatron import mindspeed_provenance
+        from parity.engines.mindspeed.megatron import mindspeed_provenance
 
         return {**super().run_provenance(), **mindspeed_provenance(self.chunks())}
 

@@ -11,10 +11,11 @@ from typing import Any
 from parity.engines.verl import keys as verl_keys
 from parity.engines.verl import source
 from parity.engines.verl.keys import BLOCK, EngineKeys
+from parity.engines.verl.vocabulary import prepare_tree, verl_sequence_parallel
 
 
 def prepare_fsdp(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    return verl_keys.prepare(raw, verl_keys.FSDP)
+    return prepare_tree(raw, verl_keys.FSDP)
 
 
 def fsdp_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
@@ -70,17 +71,22 @@ _ETP = "actor.megatron.expert_tensor_parallel_size"
 
 
 _MIN_LR = "actor.optim.min_lr"
+_SP = "actor.megatron.sequence_parallel"
 
 
 def prepare_megatron(raw: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The Megatron key table; the expert TP size, whose None verl reads as 'the same as tp', follows the layout's
     (layout.etp with ep > 1, tp otherwise: engines/megatron/rules.py expert_tensor_parallel); Megatron's absolute
     min_lr is the workload's min_lr_ratio x lr."""
-    out, problems = verl_keys.prepare(raw, verl_keys.MEGATRON)
+    out, problems = prepare_tree(raw, verl_keys.MEGATRON)
     if problems:
         return out, problems
     problems += _min_lr(out)
     flat, layout = out[BLOCK], out.get("layout") or {}
+    if flat.get(_SP) and "sequence_parallel" not in (raw.get("layout") or {}) \
+            and not verl_sequence_parallel(layout.get("tp", 1), True):
+        flat[_SP] = False  # what verl's config does with it (its generated default is true)
+        layout = out["layout"] = {**layout, "sequence_parallel": False}
     tp, ep, etp = (int(layout.get(k, 1)) for k in ("tp", "ep", "etp"))
     wanted = etp if ep > 1 else tp
     given = flat.get(_ETP)
@@ -151,6 +157,6 @@ def _has_megatron_bridge() -> bool:
 
 def mindspeed_environment_problem() -> str | None:
     """verl's version, then the MindSpeed tree's pairing with the installed megatron-core."""
-    from parity.engines.mindspeed_env import megatron_pairing_problem
+    from parity.engines.mindspeed.env import megatron_pairing_problem
 
     return source.problem() or megatron_pairing_problem()

@@ -2,15 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """A ' (did you mean 'x'?)' suffix when a close spelling exists, else ''."""
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
 
 class ScenarioError(ValueError):
     """Bad scenario input. The CLI prints it as one paragraph and exits with code 2."""

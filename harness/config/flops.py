@@ -10,6 +10,8 @@ import math
 import struct
 from pathlib import Path
 
+from parity.harness.contract.hf_config import expert_count
+
 
 def _shapes(path: Path) -> dict[str, list[int]]:
     with open(path, "rb") as handle:
@@ -22,7 +24,7 @@ def active_params(checkpoint: Path) -> float:
     """Parameters one token's forward multiplies with."""
     cfg = json.loads((checkpoint / "config.json").read_text())
     cfg = cfg.get("text_config", cfg)
-    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0
+    experts = expert_count(cfg)
     top_k = cfg.get("num_experts_per_tok") or 1
     shapes: dict[str, list[int]] = {}
     for file in sorted(checkpoint.glob("*.safetensors")):

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from parity.harness.config.errors import ScenarioError, did_you_mean
+from parity.harness.config.errors import ScenarioError
 from parity.harness.config.registry import (
     ALIASES,
     BASELINES,
@@ -23,9 +23,10 @@ from parity.harness.config.registry import (
     engine_import_problem,
     import_path,
     third_party_spec,
+    verl_vocabulary,
 )
-from parity.harness.config.renames import RENAMED_KEYS
-from parity.harness.config.verl_config import translate
+from parity.harness.contract.config_tree import did_you_mean
+from parity.harness.contract.renames import RENAMED_KEYS
 from parity.harness.contract.schema import Scenario
 
 AXES = ("model", "strategy", "engine", "layout", "dtype", "device", "reference", "baseline")
@@ -111,7 +112,7 @@ def parse_scenario(raw: dict[str, Any], *, file: str, label: str) -> Scenario:
             if old in block:
                 raise ScenarioError(f"'{old}' was renamed to '{new}': {why}. Run `parity migrate {file}`.",
                                     key=prefix + old, **where)
-    raw = translate(raw, where)
+    raw = translate_verl(raw, where)
     strategy = raw.get("strategy")
     if isinstance(strategy, str) and strategy in ALIASES:
         raw = {**raw, "strategy": ALIASES[strategy]}
@@ -132,6 +133,15 @@ def parse_scenario(raw: dict[str, Any], *, file: str, label: str) -> Scenario:
     except ValidationError as exc:
         raise _from_validation(exc, where) from None
     return scenario
+
+
+def translate_verl(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:
+    """A `verl:` block through verl's vocabulary (engines/verl/vocabulary.py), its refusals as bad input."""
+    vocabulary = verl_vocabulary()
+    try:
+        return vocabulary.translate(raw, where)
+    except vocabulary.RefusedKey as exc:
+        raise ScenarioError(str(exc), key=exc.key, **where) from None
 
 
 def prepare(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:

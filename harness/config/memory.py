@@ -26,15 +26,14 @@ a plan above FIT_FRACTION of HBM is flagged. docs/ascend.md has the CPU measurem
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from parity.harness.config.devices import planning_model
-from parity.harness.config.models import expand_model_path, is_tiny, tiny_config_dict
+from parity.harness.config.models import model_config
 from parity.harness.config.registry import import_path, spec_for
+from parity.harness.contract.hf_config import expert_count
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import MemoryTraits
 
@@ -168,16 +167,6 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.2f} MB"
 
 
-def model_config(model: str) -> dict[str, Any] | None:
-    """The HF config dict of a tiny model or of `<path>/config.json`; None when there is none to read."""
-    if is_tiny(model):
-        return tiny_config_dict(model)
-    config_file = Path(expand_model_path(model)) / "config.json"
-    if not config_file.is_file():
-        return None
-    return json.loads(config_file.read_text())
-
-
 def param_counts(config: dict[str, Any]) -> ModelDims:
     """Parameter counts and widths from an HF config (the text_config of multimodal ones)."""
     cfg = config.get("text_config", config)
@@ -192,7 +181,7 @@ def param_counts(config: dict[str, Any]) -> ModelDims:
     qk_norm = family.startswith("qwen3")
     if qk_norm:  # per-head q_norm / k_norm
         attention += 2 * head_dim
-    experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0)
+    experts = expert_count(cfg)
     ffn = int(cfg["intermediate_size"])
     dense_mlp = 3 * hidden * ffn
     dense, routed, moe, expert_ffn = attention + dense_mlp, 0, 0, 0

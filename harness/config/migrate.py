@@ -1,6 +1,6 @@
 """Rewrite historic names in scenario files in place, comments kept (`parity migrate FILE...`; with `--check` it
 only reports, a CI gate). Both say which verl version's
-vocabulary each `verl:` block uses (harness/config/verl_config.py)."""
+vocabulary each `verl:` block uses (engines/verl/vocabulary.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from parity.harness.config.errors import ScenarioError
-from parity.harness.config.registry import RETIRED
-from parity.harness.config.renames import RENAMED_KEYS
-from parity.harness.config.verl_config import vocabulary
+from parity.harness.config.registry import RETIRED, verl_vocabulary
+from parity.harness.contract.renames import RENAMED_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +69,8 @@ def verl_blocks(tree: Any) -> list[tuple[str, str]]:
     found = []
     for index, entry in enumerate(entries if isinstance(entries, list) else []):
         if isinstance(entry, dict) and isinstance(entry.get("verl"), dict):
-            found.append((f"matrix[{index}].verl", vocabulary(dict(entry["verl"]), entry.get("device", device))))
+            found.append((f"matrix[{index}].verl",
+                          verl_vocabulary().vocabulary(dict(entry["verl"]), entry.get("device", device))))
     return found
 
 

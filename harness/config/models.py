@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parity.harness.contract.hf_config import set_rope_theta
+from parity.harness.contract.hf_config import expert_count, set_rope_theta
 
 #: No two sizes are equal by accident (a bug that swaps or confuses them must show): the vocabulary (251) is no
 #: multiple of Megatron's 128·tp padding, so the padded vocabulary rows are exercised; heads (4) != kv heads (2);
@@ -84,19 +84,25 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     return ModelShape(
         num_layers=int(text["num_hidden_layers"]), num_heads=heads,
         num_kv_heads=int(text.get("num_key_value_heads") or heads),
-        num_experts=int(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts")
-                        or 0),
+        num_experts=expert_count(cfg),
         vocab_size=int(text["vocab_size"]), hidden_size=int(text["hidden_size"]))
+
+
+def model_config(model: str) -> dict[str, Any] | None:
+    """The HF config dict of a tiny model or of `<path>/config.json` (the one reader of it); None when there is
+    none to read."""
+    if is_tiny(model):
+        return tiny_config_dict(model)
+    config_file = Path(expand_model_path(model)) / "config.json"
+    if not config_file.is_file():
+        return None
+    return json.loads(config_file.read_text())
 
 
 def model_shape(model: str) -> ModelShape | None:
     """Shape of a tiny model or of a checkpoint on disk; None when the path has no config.json."""
-    if is_tiny(model):
-        return shape_from_config(tiny_config_dict(model))
-    config_file = Path(expand_model_path(model)) / "config.json"
-    if not config_file.is_file():
-        return None
-    return shape_from_config(json.loads(config_file.read_text()))
+    config = model_config(model)
+    return None if config is None else shape_from_config(config)
 
 
 def hf_modeling_module(model: str) -> str | None:

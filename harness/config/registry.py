@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from parity.engines.specs import BUILTIN, TRANSFORMERS_WARM
+from parity.engines.specs import ALIASES as ALIASES
+from parity.engines.specs import BUILTIN, SPECS, TRANSFORMERS_WARM, VERL_VOCABULARY, canonical
+from parity.engines.specs import RETIRED as RETIRED
 from parity.harness.config.models import hf_modeling_module
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import EngineSpec, open_spec
@@ -22,11 +24,6 @@ from parity.harness.contract.spec import EngineSpec, open_spec
 if TYPE_CHECKING:
     from parity.harness.contract.engine import Engine
 
-SPECS: dict[str, EngineSpec] = {spec.name: spec for spec in BUILTIN}
-#: accepted other spellings -> strategy name
-ALIASES: dict[str, str] = {alias: spec.name for spec in BUILTIN for alias in spec.aliases}
-#: retired strategy names -> (new name, why)
-RETIRED: dict[str, tuple[str, str]] = {old: (spec.name, why) for spec in BUILTIN for old, why in spec.retired.items()}
 _REFERENCES = [spec for spec in BUILTIN if spec.reference is not None]
 if len(_REFERENCES) != 1:
     raise RuntimeError(f"exactly one built-in engine computes references; these say they do: {_REFERENCES}")
@@ -34,10 +31,6 @@ REFERENCE: EngineSpec = _REFERENCES[0]
 """The engine that computes references and baselines (its spec's ReferenceRecipe)."""
 BASELINES: tuple[str, ...] = tuple(REFERENCE.reference.baselines) if REFERENCE.reference else ()
 """The three-way lane's baselines a scenario may name."""
-
-
-def canonical(strategy: str) -> str:
-    return ALIASES.get(strategy, strategy)
 
 
 def import_from_cwd() -> None:
@@ -58,6 +51,12 @@ def engine_import_problem(path: str) -> str | None:
         found = False
     return None if found else (f"engine module '{module}' is not importable: install its package or run from "
                                "the directory that holds it")
+
+
+def verl_vocabulary() -> Any:
+    """engines/verl/vocabulary.py: `translate` (a `verl:` block), `vocabulary` (which verl version's names),
+    `RefusedKey` (torch-free)."""
+    return importlib.import_module(VERL_VOCABULARY)
 
 
 def import_path(path: str) -> Any:

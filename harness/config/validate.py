@@ -14,10 +14,11 @@ from pathlib import Path
 from parity.harness.config import devices
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.memory import plan_for
-from parity.harness.config.models import ModelShape, expand_model_path, is_tiny, model_shape
+from parity.harness.config.models import expand_model_path, is_tiny, model_shape
 from parity.harness.config.paths import RECORD
 from parity.harness.config.registry import check_environment as check_spec_environment
 from parity.harness.config.registry import checkpoint_problem, engine_import_problem, import_path, spec_for
+from parity.harness.contract.parallel_dims import ParallelDims
 from parity.harness.contract.schema import RL_STEP_FIELDS, Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS, LAYOUT_DIMS, EngineSpec
 
@@ -53,21 +54,11 @@ def layout_errors(scenario: Scenario) -> list[tuple[str, str]]:
         return [("engine", problem)]
     spec = spec_for(scenario)
     errors = spec_errors(scenario, spec)
-    if wl.batch_size % lay.dp:
-        errors.append(("workload.batch_size", f"batch_size({wl.batch_size}) is not divisible by dp({lay.dp})"))
-    # packed rows have no fixed length: the engines pad each packed stream or sequence to what their split needs
-    if wl.seq_len % lay.ulysses and not wl.packed:
-        errors.append(("workload", f"sequence length {wl.seq_len} (prompt_len + response_len) is not divisible "
-                                   f"by ulysses({lay.ulysses})"))
-    if lay.cp > 1 and wl.seq_len % (2 * lay.cp) and not wl.packed:
-        errors.append(("layout.cp", f"sequence length {wl.seq_len} is not divisible by 2*cp({2 * lay.cp}) "
-                                   "(load-balanced context parallel splits it into 2*cp chunks)"))
-    if lay.sequence_parallel and (wl.seq_len // lay.cp) % lay.tp and not wl.packed:
-        errors.append(("workload", f"sequence parallel splits each rank's {wl.seq_len // lay.cp} tokens over "
-                                   f"tp({lay.tp}): they must divide evenly"))
+    dims = ParallelDims.of(lay)
+    errors += dims.batch_problems(wl.batch_size) + dims.sequence_problems(wl.seq_len, wl.packed)
     shape = model_shape(scenario.model)
     if shape is not None:
-        errors += _shape_errors(scenario, shape)
+        errors += dims.model_problems(shape, scenario.model)
         if spec.rules:
             errors += import_path(spec.rules)(scenario, shape)
     if scenario.resume is not None and scenario.resume.layout is not None:  # the layout the run continues on
@@ -110,26 +101,6 @@ def spec_errors(scenario: Scenario, spec: EngineSpec) -> list[tuple[str, str]]:
         if needs and field not in spec.checkpoints:
             errors.append((field, f"engine '{spec.name}' cannot {field} through its own checkpoint (its spec's "
                                   f"checkpoints: {', '.join(spec.checkpoints) or 'none'})"))
-    return errors
-
-
-def _shape_errors(scenario: Scenario, shape: ModelShape) -> list[tuple[str, str]]:
-    lay = scenario.layout
-    errors = []
-    for dim in ("tp", "ulysses"):
-        degree = getattr(lay, dim)
-        if shape.num_heads % degree or shape.num_kv_heads % degree:
-            errors.append((f"layout.{dim}", f"{dim}({degree}) must divide the attention heads ({shape.num_heads}) "
-                                            f"and KV heads ({shape.num_kv_heads}) of {scenario.model}"))
-    if lay.tp > 1 and lay.ulysses > 1 and shape.num_kv_heads % (lay.tp * lay.ulysses):
-        errors.append(("layout.ulysses", f"tp({lay.tp}) * ulysses({lay.ulysses}) must divide the KV heads "
-                                         f"({shape.num_kv_heads}) of {scenario.model}"))
-    if shape.num_layers % (lay.pp * lay.vpp):
-        errors.append(("layout.vpp" if lay.vpp > 1 else "layout.pp", f"{scenario.model} has {shape.num_layers} "
-                       f"layers, not divisible by pp({lay.pp}) * vpp({lay.vpp})"))
-    if lay.ep > 1 and (shape.num_experts == 0 or shape.num_experts % lay.ep):
-        errors.append(("layout.ep", f"ep({lay.ep}) must divide the number of experts ({shape.num_experts}) "
-                                    f"of {scenario.model}"))
     return errors
 
 

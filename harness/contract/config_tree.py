@@ -1,14 +1,21 @@
 """verl-style config trees, nested and/or dotted, as one dotted key per leaf. Below the engines and the scenario
 parsing both: the verl engines read their `actor_rollout_ref` tree with it (engines/verl/keys.py), and the
-scenario's `verl:` block for the harness's own engines (harness/config/verl_blocks.py)."""
+scenario's `verl:` block for the harness's own engines (engines/verl/blocks.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: the verl tree's root in the messages of engines/verl/keys.py
 DEFAULT_ROOT = "actor_rollout_ref"
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A ' (did you mean 'x'?)' suffix when a close spelling exists, else ''."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def flatten(tree: Any, prefix: str = "", root: str = DEFAULT_ROOT) -> tuple[dict[str, Any], list[tuple[str, str]]]:

@@ -1,4 +1,5 @@
-"""HF config facts every engine reads the same way, whatever the transformers version."""
+"""HF config facts every engine and the planner read the same way, whatever the transformers version, from a
+transformers config object or the config.json dict alike."""
 
 from __future__ import annotations
 
@@ -9,6 +10,25 @@ def _levels(config: Any) -> list[Any]:
     """The config itself, then its text_config (multimodal models keep the language model's settings there)."""
     text = getattr(config, "text_config", None)
     return [config] if text is None else [config, text]
+
+
+#: the names transformers' MoE configs give the routed-expert count (Qwen-MoE, Mixtral, DeepSeek)
+EXPERT_COUNT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def _field(config: Any, name: str) -> Any:
+    return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
+
+
+def text_config(config: Any) -> Any:
+    """The language model's settings: the config's text_config where it has one (multimodal models)."""
+    return _field(config, "text_config") or config
+
+
+def expert_count(config: Any) -> int:
+    """Routed experts per MoE layer of the language model (0: dense)."""
+    text = text_config(config)
+    return int(next((value for name in EXPERT_COUNT_NAMES if (value := _field(text, name))), 0))
 
 
 def get_rope_theta(config: Any) -> float:

@@ -16,6 +16,18 @@ def zero_adam_moments(optimizer: Any) -> None:
                     state[key].zero_()
 
 
+def finish_resume(optimizer: Any, optimizer_state: Any | None, scheduler: Any, scheduler_state: Any,
+                  faults: Any) -> None:
+    """The tail of every engine's load_checkpoint: the optimizer's state (None: loaded with the model already, as
+    torch DCP's set_state_dict does) and the LR scheduler's state back, then the planted fault
+    `resume_adam_moments_zeroed` where it is active."""
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+    scheduler.load_state_dict(scheduler_state)
+    if faults.active("resume_adam_moments_zeroed"):
+        zero_adam_moments(optimizer)
+
+
 def torch_optimizer_steps(optimizer: Any) -> int | None:
     """The largest per-parameter `step` in a torch optimizer's state (Adam keeps one per parameter; fused and
     TE optimizers keep it per param group). None when the optimizer keeps no step (plain SGD) or has no state."""

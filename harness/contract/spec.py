@@ -136,7 +136,7 @@ class ReferenceRecipe:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class VerlNames:
-    """How verl's trainer config names this engine: a `verl:` block (harness/config/verl_config.py) whose
+    """How verl's trainer config names this engine: a `verl:` block (engines/verl/vocabulary.py) whose
     strategy is this engine's name, or one of its aliases, becomes a scenario of this engine."""
 
     family: str
@@ -144,7 +144,7 @@ class VerlNames:
     block: str
     """The block under verl's `actor_rollout_ref.actor` that holds this family's engine settings."""
     config: str
-    """verl's config class of that block (verl/workers/config/engine.py): harness/config/verl_blocks.py keeps a
+    """verl's config class of that block (verl/workers/config/engine.py): engines/verl/blocks.py keeps a
     rule per key of it."""
     implied: bool = False
     """The engine a `verl:` block without a strategy means when it carries this family's block."""

@@ -9,7 +9,7 @@ import signal
 
 import torch
 
-from parity.engines.fsdp2 import FSDP2Engine
+from parity.engines.fsdp2.engine import FSDP2Engine
 from parity.harness.contract.engine import StepOutput
 from parity.harness.contract.workload import Batch
 

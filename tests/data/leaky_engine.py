@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from parity.engines.fsdp2 import FSDP2Engine
+from parity.engines.fsdp2.engine import FSDP2Engine
 
 
 class LeakyFSDP2Engine(FSDP2Engine):

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from parity.engines.fsdp2 import FSDP2Engine
+from parity.engines.fsdp2.engine import FSDP2Engine
 from parity.harness.contract.engine import StepOutput, TokenOutputs
 from parity.harness.contract.workload import Batch
 

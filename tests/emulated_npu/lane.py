@@ -38,7 +38,7 @@ def mindspeed_source() -> Path:
 def skip_on_bad_megatron_pairing(src: Path) -> None:
     """Runs that build mindspeed_megatron directly (not through a scenario's SKIP) need the megatron-core line the
     tree declares: a core_r0.16 tree with megatron-core 0.12, or master (0.12.1 line) with 0.16, SKIPs naming both."""
-    from parity.engines.mindspeed_env import _setup_version, declared_pairing, megatron_core_version, pairing_problem
+    from parity.engines.mindspeed.env import _setup_version, declared_pairing, megatron_core_version, pairing_problem
 
     readme = (src / "README.md").read_text(errors="replace") if (src / "README.md").is_file() else None
     pairing = declared_pairing(readme, _setup_version(src / "setup.py"))

@@ -8,7 +8,7 @@
 README lines that name its Megatron-LM release (version-table rows, the `git checkout` after `cd Megatron-LM`),
 setup.py's version line and whether the tree has `mindspeed/fsdp`; master's README also gives the maintenance table
 ("MindSpeed 版本维护策略": 维护 = maintained, 停止维护 = unmaintained). `table` renders them through the engine's own
-reader (parity.engines.mindspeed_env.declared_pairing), so the doc, the data and the pairing gate cannot disagree;
+reader (parity.engines.mindspeed.env.declared_pairing), so the doc, the data and the pairing gate cannot disagree;
 tests/unit/test_mindspeed_pairings.py checks the doc against the data and, where the mirror is on disk, the data
 against the mirror.
 """
@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity.engines.mindspeed_env import declared_pairing
+from parity.engines.mindspeed.env import declared_pairing
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "mindspeed_branches"

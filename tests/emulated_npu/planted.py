@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from parity.engines.mindspeed_megatron import MindSpeedMegatronEngine
+from parity.engines.mindspeed.megatron import MindSpeedMegatronEngine
 
 #: the kwarg the planted MindSpeed ignores (a MindSpeed-only arg no tp2 code path needs)
 IGNORED = "cp_window_size"

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from parity.engines.mindspeed_fsdp import MindSpeedFSDPEngine, plan_fsdp
+from parity.engines.mindspeed.fsdp import MindSpeedFSDPEngine, plan_fsdp
 from parity.harness.contract.engine import TORCH_DTYPES
 
 #: the fsdp_kwarg the planted MindSpeed FSDP ignores

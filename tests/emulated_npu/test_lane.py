@@ -193,7 +193,7 @@ def test_a_padding_mask_with_causal_sparse_mode_breaks_the_fused_attention_contr
     DotProductAttention with MindSpeed's forward (mindspeed/core/transformer/flash_attention/flash_attention/
     adaptor.py dot_product_attention_forward_impl), which takes config.sparse_mode (`--sparse-mode`, default 0) and
     never reads the mask type: the padding mask is used as given, no contract is broken, and the run PASSes."""
-    from parity.engines.mindspeed_env import _setup_version
+    from parity.engines.mindspeed.env import _setup_version
 
     causal = planted["causal"]
     if _setup_version(source / "setup.py") == "0.12.1":

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from parity.engines import mindspeed_env
-from parity.engines.mindspeed_megatron import clean_argv
+from parity.engines.mindspeed import env as mindspeed_env
+from parity.engines.mindspeed.megatron import clean_argv
 from parity.engines.specs import MINDSPEED_MEGATRON
 from parity.harness.config.registry import check_environment
 from tests.conftest import DATA

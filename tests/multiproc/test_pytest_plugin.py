@@ -76,11 +76,12 @@ def test_runs_scenarios_reports_and_writes_junit(pytester, cache_dir, monkeypatc
     properties = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
     assert {"logprob_max_abs", "grad_norm_rel_max", "verdict"} <= properties.keys()
     # announced at collection, for whichever launch starts the session's forkserver first (a test's, often)
-    assert "parity.engines.fsdp2" in launch._expected and "transformers.models.qwen3.modeling_qwen3" in launch._expected
+    assert "parity.engines.fsdp2.engine" in launch._expected
+    assert "transformers.models.qwen3.modeling_qwen3" in launch._expected
     # and started before collection for the file's rows, importing while pytest collects; the selected rows'
     # preload at collection finish is served by that server, and so is the runner (one server in all)
     assert [files for _, files, _ in started] == [0, 1]
-    assert all("parity.engines.fsdp2" in preload for preload, _, _ in started)
+    assert all("parity.engines.fsdp2.engine" in preload for preload, _, _ in started)
     assert len({pid for _, _, pid in started}) == 1 and launch._server[0] == started[0][2]
 
 

@@ -51,7 +51,7 @@ def test_run_starts_the_forkserver_before_it_imports_torch(tmp_path):
     result = subprocess.run([sys.executable, "-c", START_PROBE, str(tmp_path / "out")], capture_output=True,
                             text=True, timeout=120, cwd=REPO)
     assert "torch imported: False" in result.stdout, result.stdout + result.stderr
-    assert "parity.engines.fsdp2" in result.stdout.split("| preload:")[1]
+    assert "parity.engines.fsdp2.engine" in result.stdout.split("| preload:")[1]
 
 
 FORKED = Scenario(model="tiny-qwen3", strategy="fsdp2", layout={"dp": 2})

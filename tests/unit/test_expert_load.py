@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import transformers
 
-from parity.engines.hf_common import RouterLoads
+from parity.engines.hf.common import RouterLoads
 from parity.harness.judge.loads import expert_load_checks
 from parity.harness.judge.tolerances import FP32
 from parity.harness.run.records import RunRecord, StepRecord

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from parity.engines.feeds import packed_feed, padded_feed, unpack
-from parity.engines.ulysses import same_sequence
+from parity.engines.fsdp2.ulysses import same_sequence
 from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.schema import Fault, Workload
 from parity.harness.contract.workload import build_batch, next_token_labels

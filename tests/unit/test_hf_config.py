@@ -1,4 +1,5 @@
-"""get_rope_theta on real HF configs built by transformers: flat, with Llama-3 rope scaling, per attention type,
+"""expert_count on config.json dicts and config objects. get_rope_theta on real HF configs built by transformers:
+flat, with Llama-3 rope scaling, per attention type,
 and in a multimodal text_config. Each expected value is what verl's get_hf_rope_theta returns for that config
 (verl/utils/transformers_compat.py: rope_theta on the config or its text_config, else rope_parameters there,
 flat or the first nested entry)."""
@@ -8,7 +9,7 @@ from __future__ import annotations
 import pytest
 import transformers
 
-from parity.harness.contract.hf_config import get_rope_theta, set_rope_theta
+from parity.harness.contract.hf_config import expert_count, get_rope_theta, set_rope_theta
 
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 8192}
@@ -53,3 +54,14 @@ def test_roundtrip_through_set_rope_theta():
     config = transformers.Qwen3Config()
     set_rope_theta(config, 12.5)
     assert get_rope_theta(config) == 12.5
+
+
+@pytest.mark.parametrize(("config", "experts"), [
+    ({"num_experts": 4}, 4),  # Qwen-MoE's config.json
+    ({"text_config": {"num_local_experts": 8}, "num_local_experts": 2}, 8),  # a multimodal model's language model
+    ({"n_routed_experts": 64, "num_experts": None}, 64),  # DeepSeek's
+    (transformers.MixtralConfig(num_local_experts=6), 6),  # a transformers config object
+    ({"intermediate_size": 64}, 0),  # dense
+])
+def test_the_expert_count_reads_every_spelling_from_dicts_and_configs(config, experts):
+    assert expert_count(config) == experts

@@ -115,3 +115,17 @@ def test_changes_since_the_previous_run_name_verdict_moves_new_and_gone_rows_and
     assert any(line.startswith(f"since run-8: slowdown: {ID} step time +") for line in lines)
     assert history.changes_since(earlier, [result(ID) | {"metrics": earlier[-1].results[ID]["metrics"]}]) == [
         "since run-8: none"]
+
+
+def test_the_perf_gate_reads_the_history_as_parity_history_does(tmp_path):
+    """One reader of earlier runs: the runner's perf-gate history is `parity history`'s runs, oldest first whatever
+    order the directories are given in, PASS / FAIL rows only."""
+    pytest.importorskip("torch", reason="the runner imports the launchers (the Python 3.10 lane has no torch)")
+    from parity.harness.runner import load_history
+
+    dirs = stored_runs(tmp_path, [1.0, 2.0, 3.0])
+    skipped = result("tiny-llama/hf/dp1/fp32/cpu", verdict="SKIP")
+    results.append(dirs[0], skipped)
+    past = load_history(dirs[::-1])
+    assert [row["metrics"]["step_time_s"] for row in past[ID]] == [1.0, 2.0, 3.0]
+    assert "tiny-llama/hf/dp1/fp32/cpu" not in past

@@ -13,7 +13,7 @@ ones, never one above it.
   7 scripts    benchmarks/, ci/          anything below, engines only through the spec registry
 
 An import is an import statement at any depth, an `importlib.import_module` / `__import__` call with a constant
-name, or a string that names one of our modules ('parity.harness.run.worker', 'parity.engines.hf:HFEngine'): the
+name, or a string that names one of our modules ('parity.harness.run.worker', 'parity.engines.hf.engine:HFEngine'): the
 forkserver's preload, `-m` command lines and specs' import paths reach modules that way.
 
 Engine facts live in EngineSpec: outside engines/, no string in code (docstrings aside) is a built-in engine's name,
@@ -159,11 +159,11 @@ def test_the_check_catches_an_upward_and_a_sideways_import(tmp_path):
     found = _planted(tmp_path, {
         "parity.engines.bad": "from parity.harness.runner import Runner\n",
         "parity.harness.judge.bad": "import parity.harness.cli\n",
-        "parity.harness.run.bad": "def f():\n    from parity.engines.fsdp2 import FSDP2Engine\n",
+        "parity.harness.run.bad": "def f():\n    from parity.engines.fsdp2.engine import FSDP2Engine\n",
         "parity.harness.config.fine": "from parity.engines.specs import BUILTIN\n",
         "parity.harness.run.lazy": "import importlib\nimportlib.import_module('parity.harness.session')\n",
         "parity.harness.judge.dunder": "__import__('parity.reports.html')\n",
-        "parity.harness.run.by_path": "PRELOAD = ('torch', 'parity.engines.hf')\n",
+        "parity.harness.run.by_path": "PRELOAD = ('torch', 'parity.engines.hf.engine')\n",
         "parity.harness.judge.spec_path": "RULES = 'parity.engines.megatron.rules:micro_batch_rows'\n",
         "benchmarks.bad": "from parity.engines.megatron import MegatronEngine\n",
         "ci.fine": "import parity.harness.cli\nMODULES = ('parity.harness.runner',)\n",

@@ -145,7 +145,7 @@ def test_decay_on_every_param_binds_to_the_installed_optimizer_factory() -> None
 def test_installed_release_is_supported_and_others_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from megatron.core import package_info
 
-    from parity.engines.specs import MEGATRON_CORE
+    from parity.engines.megatron.spec import MEGATRON_CORE
 
     assert compat.unsupported_version() is None
     for outside in ("0.11.0", "0.17.0", "not-a-version"):
@@ -158,7 +158,7 @@ def test_validation_skips_with_the_same_words(monkeypatch: pytest.MonkeyPatch) -
     """The Requirement that SKIPs a scenario at validation says what setup would raise."""
     from megatron.core import package_info
 
-    from parity.engines.specs import MEGATRON_CORE
+    from parity.engines.megatron.spec import MEGATRON_CORE
     from parity.harness.contract import spec
 
     monkeypatch.setattr(package_info, "__version__", "0.11.0")
@@ -170,7 +170,7 @@ def test_cpu_shim_refuses_a_release_outside_the_range_before_patching(monkeypatc
     from megatron.core import package_info
 
     from parity.engines.megatron.cpu_compat import CpuCompat
-    from parity.engines.specs import MEGATRON_CORE
+    from parity.engines.megatron.spec import MEGATRON_CORE
 
     current_device = torch.cuda.current_device
     monkeypatch.setattr(package_info, "__version__", "0.17.0")

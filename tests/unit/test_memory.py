@@ -89,6 +89,7 @@ def test_validation_warns_over_and_refuses_impossible():
                               dtype="bf16", workload=BIG))
 
 
+@pytest.mark.nightly  # trains a 60 M-parameter model: a measurement of the estimate, run by the nightly's cpu lane
 def test_estimate_is_the_right_order_of_magnitude_on_cpu():
     """The estimate against what a CPU run measures as the harness does (peak RSS, devices.peak_memory_bytes),
     minus the process's RSS before the model exists: tiny models are too small for this (their states are KBs
@@ -141,7 +142,7 @@ def test_30b_fsdp_rows_fit_because_they_load_the_way_verl_does():
     counts = param_counts(config("qwen3-30b-a3b"))
     replicated = estimate(scenario, config("qwen3-30b-a3b"), with_load(spec_for(scenario).memory, "replicated"))
     assert replicated.level == "over" and replicated.load == pytest.approx(122e9, rel=0.01)
-    verl = estimate(scenario, config("qwen3-30b-a3b"))  # fsdp2 loads on rank 0 and broadcasts (engines/hf_common.py)
+    verl = estimate(scenario, config("qwen3-30b-a3b"))  # fsdp2 loads on rank 0 and broadcasts (engines/hf/common.py)
     assert verl.level == "fits" and verl.total == verl.train  # the load peak is below the training peak
     assert verl.load == 4 * (counts.total // 16 + counts.largest_tensor)  # the shard + one tensor being broadcast
     assert verl.host_load == 4 * counts.total  # rank 0 reads the model on the host

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from parity.engines import mindspeed_fsdp as msf
-from parity.engines import mindspeed_megatron as msm
+from parity.engines.mindspeed import fsdp as msf
+from parity.engines.mindspeed import megatron as msm
 from parity.engines.specs import MINDSPEED_FSDP, MINDSPEED_MEGATRON
 from parity.harness.contract.engine import Engine, EngineContext
 from parity.harness.contract.schema import Scenario
@@ -252,7 +252,7 @@ def test_missing_requirements_on_this_box(spec: Any) -> None:
 
 
 def test_importing_the_engines_imports_neither_torch_npu_nor_mindspeed() -> None:
-    code = ("import sys, parity.engines.mindspeed_megatron as m, parity.engines.mindspeed_fsdp\n"
+    code = ("import sys, parity.engines.mindspeed.megatron as m, parity.engines.mindspeed.fsdp\n"
             "heavy = [n for n in sys.modules if n.split('.')[0] in ('torch_npu', 'mindspeed', 'megatron')]\n"
             "assert not heavy, heavy\n"
             "m.MindSpeedMegatronEngine  # building the class must not import them either without an NPU\n"

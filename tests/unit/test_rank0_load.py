@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from parity.engines.hf_common import load_on_rank0
+from parity.engines.hf.common import load_on_rank0
 from parity.harness.config.models import ensure_checkpoint
 from parity.harness.contract.engine import EngineContext
 from parity.harness.contract.schema import Scenario

@@ -7,10 +7,11 @@ import importlib.metadata as md
 
 import pytest
 
-from parity.engines.specs import BUILTIN, MEGATRON_LAYOUT_KEYS
+from parity.engines.megatron.spec import MEGATRON_LAYOUT_KEYS
+from parity.engines.specs import BUILTIN
+from parity.engines.verl.blocks import MEGATRON as VERL_MEGATRON_BLOCK
 from parity.harness.config import registry, validate
 from parity.harness.config.matrix import parse_scenario
-from parity.harness.config.verl_blocks import MEGATRON as VERL_MEGATRON_BLOCK
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import EngineSpec, Requirement, module_present
 
@@ -60,10 +61,10 @@ def test_spec_rejects_unknown_dims_and_kwargs_blocks():
 def test_preload_leaves_out_what_a_planned_engine_must_import_first():
     spec = {s.name: s for s in BUILTIN}
     alone = registry.preload_modules([spec["megatron"], spec["fsdp2"]])
-    assert "megatron.core" in alone and "parity.engines.fsdp2" in alone
+    assert "megatron.core" in alone and "parity.engines.fsdp2.engine" in alone
     with_mindspeed = registry.preload_modules([spec["megatron"], spec["fsdp2"], spec["mindspeed_megatron"]])
     assert not [m for m in with_mindspeed if "megatron" in m]  # MindSpeed patches megatron before its import
-    assert "parity.engines.fsdp2" in with_mindspeed
+    assert "parity.engines.fsdp2.engine" in with_mindspeed
 
 
 def test_preload_brings_the_planned_models_modeling_modules_unless_an_engine_patches_while_loading():

@@ -9,9 +9,11 @@ import re
 import pytest
 
 from parity.engines.verl import source
-from parity.engines.verl.keys import FSDP, flatten, prepare, same_value
+from parity.engines.verl.keys import FSDP, same_value
+from parity.engines.verl.vocabulary import prepare_tree as prepare
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.matrix import load_file
+from parity.harness.contract.config_tree import flatten
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.torch_free
@@ -82,11 +84,16 @@ def test_dtype_spellings_are_one_value():
     assert not same_value(True, 1) and not same_value(0, False)
 
 
-def test_refused_keys_are_bad_input_naming_the_key(write_yaml):
-    with pytest.raises(ScenarioError, match=r"actor_rollout_ref\.actor\.use_kl_loss.*no KL term"):
-        path, scenarios = _scenario(write_yaml, "            actor_rollout_ref: {actor: {use_kl_loss: true}}")
-        from parity.harness.config.validate import check_scenario
+@pytest.mark.parametrize(("tree", "message"), [
+    ("{model: {lora_rank: 8}}", r"key 'actor_rollout_ref\.model\.lora_rank'.*not a LoRA adapter"),
+    # an RL-step setting is the workload's, refused by the engine's spec (EngineSpec.rl_step), not by the key table
+    ("{actor: {use_kl_loss: true}}", r"key 'workload\.use_kl_loss'.*'verl_fsdp' does not implement verl's RL-step"),
+])
+def test_refused_keys_are_bad_input_naming_the_key(write_yaml, tree, message):
+    from parity.harness.config.validate import check_scenario
 
+    path, scenarios = _scenario(write_yaml, f"            actor_rollout_ref: {tree}")
+    with pytest.raises(ScenarioError, match=message):
         check_scenario(scenarios[0].model_copy(update={"source": str(path)}))
 
 

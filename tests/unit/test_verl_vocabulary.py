@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
+from parity.engines.verl.vocabulary import vocabulary
 from parity.harness.cli import main
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.matrix import load_file
 from parity.harness.config.registry import spec_for
-from parity.harness.config.verl_config import vocabulary
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.torch_free

@@ -12,6 +12,7 @@ import torch
 
 from parity.harness.contract.engine import EngineContext
 from parity.harness.contract.faults import FaultPlan
+from parity.harness.contract.hf_config import expert_count
 from parity.harness.contract.schedule import decays, warmup_steps
 from parity.harness.contract.schema import Workload
 from parity.harness.contract.workload import Batch
@@ -144,7 +145,7 @@ class RouterLoads:
 
     def __init__(self, model: torch.nn.Module) -> None:
         config = getattr(model.config, "text_config", None) or model.config
-        self.experts = int(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", 0) or 0)
+        self.experts = expert_count(config)
         self.top_k = int(getattr(config, "num_experts_per_tok", 0) or 0)
         self.counts: dict[str, torch.Tensor] = {}
         self._real: torch.Tensor | None = None

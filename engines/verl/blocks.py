@@ -1,4 +1,5 @@
-"""verl's engine blocks, key by key, for the harness's OWN engines (a scenario's `verl:` block).
+"""verl's engine blocks, key by key, for the harness's OWN engines (a scenario's `verl:` block; the front door is
+engines/verl/vocabulary.py).
 
 verl's trainer config holds an engine's settings in three blocks under `actor_rollout_ref.actor`: `megatron`
 (McoreEngineConfig), `fsdp_config` (FSDPEngineConfig) and `optim` (McoreOptimizerConfig / FSDPOptimizerConfig);
@@ -9,12 +10,17 @@ verl's trainer config holds an engine's settings in three blocks under `actor_ro
   engine's read-back checks that it landed;
 - `Merge`: a dict-typed verl field whose keys go into the engine's kwargs block (override_transformer_config,
   override_ddp_config, override_optimizer_config -> mcore_kwargs), each routed and read back by the engine;
-- `Only`: the harness's engines run exactly these values; another value is refused with the reason;
+- `Only`: every engine runs exactly these values; another value is refused with the reason. What an engine
+  supports (packings, schedules, losses, RL-step settings) is never an `Only`: such a key is a `To` into the
+  workload field, and validation refuses it from the engine's EngineSpec (tests/unit/test_verl_blocks.py fails a
+  refusal that an EngineSpec contradicts);
 - `Inert`: taken at any value because it cannot change what the harness compares (checkpoint paths, verl's own
   host offload between its phases, profiler, ...), each with the reason.
 
 A key absent from the block takes verl's default where verl's default differs from the harness's (VERL_DEFAULTS):
-a verl user's override list relies on them. Values are compared as verl takes them (`same_value`).
+a verl user's override list relies on them. Values are compared as verl takes them (keys.same_value). The keys
+that restate a workload field, and the schedule values every engine is held to, are engines/verl/keys.py's, which
+verl's own engines read too: each is stated once.
 """
 
 from __future__ import annotations
@@ -26,14 +32,20 @@ from typing import Any
 
 import yaml
 
-from parity.harness.config.registry import SPECS
+from parity.engines.specs import SPECS
+from parity.engines.verl.keys import (
+    DTYPE_NAMES,
+    FSDP_OPTIM_REFUSED,
+    FSDP_SCHEDULE,
+    MEGATRON_OPTIM_REFUSED,
+    MEGATRON_SCHEDULE,
+    OPTIM_REFUSED,
+    OPTIM_SHARED,
+    PACKING,
+    VERL_DTYPE,
+    Refused,
+)
 from parity.harness.contract.spec import EngineSpec, VerlNames
-
-#: verl precision spellings (verl/utils/torch_dtypes.py PrecisionType) -> the scenario's dtype names
-PRECISION = {"fp32": "fp32", "float32": "fp32", "32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
-             "fp16": "fp16", "float16": "fp16", "16": "fp16"}
-#: the scenario's dtype names -> torch's (Megatron's dtype fields take torch.dtype names: engines/megatron/config.py)
-TORCH_NAME = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 ACTOR = "actor_rollout_ref.actor."
 TRAINER = "trainer."
@@ -82,7 +94,8 @@ Rule = To | Merge | Only | Inert
 
 
 class RefusedKey(ValueError):
-    """A verl key (`key`, as the user wrote it) the harness cannot take at its value."""
+    """A verl key (`key`, as the user wrote it) the harness cannot take at its value, or a `verl:` block it cannot
+    read; harness/config turns it into a ScenarioError naming the file and scenario."""
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key
@@ -90,15 +103,21 @@ class RefusedKey(ValueError):
 
 
 def _precision(value: Any) -> str:
-    if str(value) not in PRECISION:
-        raise ValueError(f"unknown dtype {value!r} (verl's spellings: {', '.join(PRECISION)})")
-    return PRECISION[str(value)]
+    if str(value) not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {value!r} (verl's spellings: {', '.join(DTYPE_NAMES)})")
+    return DTYPE_NAMES[str(value)]
 
 
 def _torch_precision(value: Any) -> str:
     """verl hands its optimizer dtype fields to Megatron through PrecisionType.to_dtype
-    (verl/utils/megatron/optimizer.py): 'fp32' is torch.float32."""
-    return TORCH_NAME[_precision(value)]
+    (verl/utils/megatron/optimizer.py): 'fp32' is torch.float32 (Megatron's dtype fields take torch.dtype names)."""
+    return VERL_DTYPE[_precision(value)]
+
+
+def _packing(value: Any) -> str:
+    """verl's use_remove_padding: packed rows (verl's THD path) or padded ones; the engine's spec says which it
+    feeds (EngineSpec.packings)."""
+    return PACKING[_flag(value)]
 
 
 def _layout_degree(value: Any) -> int:
@@ -135,7 +154,7 @@ _LOADER = ("how verl loads HF weights into Megatron; the harness converts them i
 _PADDING = "how verl pads its batches; padded positions are masked and carry no loss, and the harness pads its own"
 _ENTROPY = ("verl's engine computes the same entropy in chunks / compiled / checkpointed to save memory or time; "
             "the harness's engines compute it whole")
-_SCHEDULER = "read only by a decaying learning-rate schedule; the harness and its reference train at a constant lr"
+_WSD_ONLY = "read only by lr_decay_style wsd, which the workload's schedule does not have (its lr_scheduler_type)"
 _QAT_ONLY = "read only with qat.enable"
 _MUON_ONLY = "read only by verl's Muon optimizer (optimizer: muon)"
 _TURBO_ONLY = "read only by verl's fsdp_turbo strategy (Ascend FSDPTurbo), which no harness engine implements"
@@ -145,7 +164,7 @@ _REPLAY_ONLY = "read only with router_replay.mode other than disabled"
 _OPTIONAL_SIZES = ("virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size")
 
 MEGATRON: dict[str, Rule] = {
-    # McoreEngineConfig names Megatron's own sizes: the megatron spec's layout-owned keys (engines/specs.py)
+    # McoreEngineConfig names Megatron's own sizes: the megatron spec's layout-owned keys (engines/megatron/spec.py)
     **{name: To(where, _flag if where == "layout.sequence_parallel"
                 else _optional_degree if name in _OPTIONAL_SIZES else _layout_degree)
        for name, where in _implied("McoreEngineConfig").layout_keys.items()},
@@ -169,9 +188,7 @@ MEGATRON: dict[str, Rule] = {
     "pad_to_length_bucket": Inert(_PADDING),
     "entropy_from_logits_with_chunking": Inert(_ENTROPY),
     "entropy_from_logits_chunk_size": Inert(_ENTROPY),
-    "use_remove_padding": Only((False,), "the harness's Megatron engines feed padded (BSHD) batches; verl's packed "
-                                         "THD path (use_remove_padding) is not one of them: set it false to compare "
-                                         "the padded path"),
+    "use_remove_padding": To("workload.packing", _packing),
     "dynamic_context_parallel": Only((False,), "verl re-plans context parallelism per batch; the harness runs the "
                                                "layout's fixed cp"),
     "max_seqlen_per_dp_cp_rank": Only((None,), "read only by dynamic_context_parallel"),
@@ -228,20 +245,26 @@ FSDP_CONFIG: dict[str, Rule] = {
     "turbo_config.*": Inert(_TURBO_ONLY),
 }
 
-_CONSTANT_LR = "the harness and its reference train at a constant learning rate"
+OPTIM_PREFIX = "actor.optim."
+
+
+def _only(refused: dict[str, Refused]) -> dict[str, Rule]:
+    """The optimizer keys verl's own engines are held to one value (engines/verl/keys.py): the same value here."""
+    return {key.removeprefix(OPTIM_PREFIX): Only((rule.allowed,), rule.why) for key, rule in refused.items()}
+
+
 OPTIM: dict[str, Rule] = {
-    "lr": To("workload.lr"),
-    "weight_decay": To("workload.weight_decay"),
-    "clip_grad": To("workload.grad_clip"),
+    # the schedule's values are the workload's own (verl's Megatron lr_decay_style and its FSDP lr_scheduler_type
+    # name the same curves: harness/contract/schedule.py); the workload's schema refuses another
+    **{key.removeprefix(OPTIM_PREFIX): To(field)
+       for key, field in {**OPTIM_SHARED, **FSDP_SCHEDULE, **MEGATRON_SCHEDULE}.items()},
+    **_only({**OPTIM_REFUSED, **FSDP_OPTIM_REFUSED, **MEGATRON_OPTIM_REFUSED}),
     "optimizer": To("workload.optimizer", _adam),
     "betas": Only(((0.9, 0.999),), "the harness's optimizers and its reference use AdamW betas (0.9, 0.999)"),
     "optimizer_impl": Only(("torch.optim",), "the harness builds torch.optim.AdamW"),
-    "lr_scheduler_type": Only(("constant",), _CONSTANT_LR),
-    "lr_decay_style": Only(("constant",), _CONSTANT_LR),
-    "warmup_style": Only((None, "constant"), _CONSTANT_LR),
-    "lr_warmup_steps": Only((-1, 0, None), _CONSTANT_LR + " (no warmup)"),
-    "lr_warmup_steps_ratio": Only((0, 0.0), _CONSTANT_LR + " (no warmup)"),
-    "weight_decay_incr_style": Only(("constant",), "the harness applies a constant weight decay"),
+    "min_lr": Only((0, 0.0), "Megatron's absolute floor of the decay: give it as min_lr_ratio (the workload's floor "
+                             "is a fraction of lr)"),
+    "lr_wsd_decay_style": Inert(_WSD_ONLY),
     "use_layer_wise_distributed_optimizer": Only((False,), "the harness runs Megatron's distributed optimizer as "
                                                            "is (use_distributed_optimizer)"),
     "use_precision_aware_optimizer": To("mcore_kwargs.use_precision_aware_optimizer", _flag),
@@ -249,9 +272,6 @@ OPTIM: dict[str, Rule] = {
     "exp_avg_dtype": To("mcore_kwargs.exp_avg_dtype", _torch_precision),
     "exp_avg_sq_dtype": To("mcore_kwargs.exp_avg_sq_dtype", _torch_precision),
     "override_optimizer_config": Merge("mcore_kwargs"),
-    **{key: Inert(_SCHEDULER) for key in ("total_training_steps", "lr_warmup_init", "lr_decay_steps", "min_lr",
-                                          "min_lr_ratio", "num_cycles", "lr_wsd_decay_style", "lr_wsd_decay_steps",
-                                          "zero_indexed_step")},
     "use_checkpoint_opt_param_scheduler": Inert(_CHECKPOINT),
     **{key: Inert(_MUON_ONLY) for key in ("muon_momentum", "muon_nesterov", "muon_split_qkv", "muon_scale_mode",
                                           "muon_coefficient_type", "muon_num_ns_steps", "muon_tp_mode",
@@ -279,6 +299,8 @@ IMPLIED = {verl.family: name for name, verl in VERL_ENGINES.items() if verl.impl
 DEFAULT_STRATEGY = next(name for name, verl in VERL_ENGINES.items() if verl.default)
 #: which family's engines read each harness kwargs block
 KWARGS_FAMILY = {block: verl.family for name, verl in VERL_ENGINES.items() for block in SPECS[name].kwargs_blocks}
+#: the harness kwargs blocks a `verl:` block writes (the engines verl names read them)
+ENGINE_KWARGS = tuple(KWARGS_FAMILY)
 
 #: verl's defaults where they differ from the harness's, per config class (verl/workers/config/engine.py
 #: EngineConfig, McoreEngineConfig: dtype bfloat16, sequence_parallel True, use_distributed_optimizer True,
@@ -292,7 +314,6 @@ FAMILY_DEFAULTS = {verl.family: (VERL_DEFAULTS[verl.config], RULES[verl.config])
 #: the flat (engine-config) form: these keys are the harness's own, not a block's
 FLAT_EXTRAS = {"strategy": ACTOR + "strategy", "device": TRAINER + "device",
                "n_gpus_per_node": TRAINER + "n_gpus_per_node", "nnodes": TRAINER + "nnodes"}
-KWARGS_BLOCKS = ("mcore_kwargs", "fsdp_kwargs")
 
 _OC_SELECT = re.compile(r"^\$\{oc\.select:([^,}]+)(?:,(.*))?\}$")
 _INTERPOLATION = re.compile(r"\$\{")
@@ -308,17 +329,6 @@ def rule_for(block: dict[str, Rule], key: str) -> tuple[str, Rule] | None:
         if pattern.endswith(".*") and key.startswith(pattern[:-1]):
             return pattern, rule
     return None
-
-
-def same_value(given: Any, allowed: Any) -> bool:
-    """Equal as verl takes them: numbers by value (not bools), sequences element-wise, dtype spellings alike."""
-    if isinstance(given, (list, tuple)) and isinstance(allowed, (list, tuple)):
-        return len(given) == len(allowed) and all(same_value(a, b) for a, b in zip(given, allowed, strict=True))
-    if isinstance(given, bool) or isinstance(allowed, bool):
-        return given is allowed
-    if isinstance(given, (int, float)) and isinstance(allowed, (int, float)):
-        return float(given) == float(allowed)
-    return given == allowed
 
 
 def resolve_interpolation(value: Any, tree: dict[str, Any]) -> tuple[Any, bool]:

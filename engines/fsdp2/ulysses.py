@@ -7,6 +7,10 @@ Registered as the transformers attention implementation "parity_ulysses". Packed
 concatenated sequences) get the whole stream's position ids instead of a padding mask: the sequences are found
 from them as transformers finds them (`find_packed_sequence_indices`), as verl's Ulysses path derives its
 flash-attention cu_seqlens from the position ids.
+
+No module-global state: the engine that owns the Ulysses group hands it, with the batch's whole-sequence padding
+or packed positions, to every forward as the model keyword `ulysses` (transformers passes a model's extra keywords
+down to the attention function), so two engines in one process never share a group.
 """
 
 from __future__ import annotations
@@ -21,16 +25,20 @@ import torch.nn.functional as F
 ATTN_NAME = "parity_ulysses"
 
 
-@dataclass(slots=True)
+#: the model keyword that carries a forward's UlyssesState down to the attention function
+KWARG = "ulysses"
+
+
+@dataclass(frozen=True, slots=True)
 class UlyssesState:
-    group: Any = None
+    """One forward's Ulysses context: the engine's group and what this batch's attention needs of the whole
+    sequence."""
+
+    group: Any
     key_padding: torch.Tensor | None = None
     """[B, S] bool, True for real tokens of the WHOLE sequence of this rank's rows (padded rows)."""
     positions: torch.Tensor | None = None
     """[1, T] position ids of the WHOLE packed stream (packed rows; None for padded ones)."""
-
-
-STATE = UlyssesState()
 
 
 class _AllToAll(torch.autograd.Function):
@@ -52,10 +60,13 @@ class _AllToAll(torch.autograd.Function):
 
 def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+                      ulysses: UlyssesState | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """query/key/value [B, H, L_local, D] -> output [B, L_local, H, D] (transformers' convention).
-    The mask transformers built for the local slice is ignored: the whole-sequence mask comes from STATE."""
-    group = STATE.group
+    The mask transformers built for the local slice is ignored: the whole-sequence mask comes from `ulysses`."""
+    if ulysses is None:
+        raise RuntimeError(f"{ATTN_NAME} attention needs the forward's UlyssesState: call the model with "
+                           f"{KWARG}=UlyssesState(group, ...)")
+    group = ulysses.group
     q = _AllToAll.apply(query, group, 1, 2)
     k = _AllToAll.apply(key, group, 1, 2)
     v = _AllToAll.apply(value, group, 1, 2)
@@ -64,10 +75,10 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     seq = q.shape[2]
     causal = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
-    if STATE.positions is not None:
-        allowed = causal[None] & same_sequence(STATE.positions.to(q.device))
+    if ulysses.positions is not None:
+        allowed = causal[None] & same_sequence(ulysses.positions.to(q.device))
     else:
-        allowed = causal[None] & STATE.key_padding[:, None, :].to(q.device)
+        allowed = causal[None] & ulysses.key_padding[:, None, :].to(q.device)
     allowed |= torch.eye(seq, dtype=torch.bool, device=q.device)[None]  # fully padded rows stay finite
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], dropout_p=dropout, scale=scaling)
     out = _AllToAll.apply(out, group, 2, 1)

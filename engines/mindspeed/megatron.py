@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.engines.fused_ops import COUNTER
-from parity.engines.mindspeed_env import find_mindspeed, megatron_pairing_problem
+from parity.engines.mindspeed.env import find_mindspeed, megatron_pairing_problem
 from parity.engines.specs import MINDSPEED_MEGATRON
 from parity.harness.contract.engine import Engine, EngineContext
 from parity.harness.contract.schema import Scenario

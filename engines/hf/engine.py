@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from parity.engines.feeds import packed_feed, unpack
-from parity.engines.hf_common import (
+from parity.engines.hf.common import (
     HF_STATE,
     RouterLoads,
     autocast,
@@ -35,7 +35,7 @@ from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
-from parity.harness.contract.optim_state import torch_optimizer_steps, zero_adam_moments
+from parity.harness.contract.optim_state import finish_resume, torch_optimizer_steps
 from parity.harness.contract.workload import Batch
 
 PRECISIONS = ("autocast", "master_weights")
@@ -145,10 +145,7 @@ class HFEngine(Engine):
             with torch.no_grad():
                 for master, saved in zip(self.masters, state["masters"], strict=True):
                     master.copy_(saved)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if self.ctx.faults.active("resume_adam_moments_zeroed"):
-            zero_adam_moments(self.optimizer)
+        finish_resume(self.optimizer, state["optimizer"], self.scheduler, state["scheduler"], self.ctx.faults)
 
     @classmethod
     def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:

@@ -7,7 +7,7 @@ it as fsdp=dp, ulysses, tp, ep; the scenario's `fsdp_kwargs` land on the config 
 CPU) and `applied_kwargs()` reads every one back from the config object MindSpeed built — the check verl lacked
 when `fsdp_kwargs` never reached its engine.
 
-What MindSpeed's engine leaves to its caller, done here: the Ulysses attention exchange (engines/ulysses.py
+What MindSpeed's engine leaves to its caller, done here: the Ulysses attention exchange (engines/fsdp2/ulysses.py
 over MindSpeed's 'ulysses' group), summing gradients over that group, averaging over the fsdp group the gradients
 of exactly the modules MindSpeed's own config leaves out of FSDP (`fsdp_plan.ignored_modules` after its
 validation, which adds the TP modules when fsdp > 1; not the experts it hands to its expert FSDP), summing
@@ -27,12 +27,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parity.engines import tensor_parallel, ulysses
 from parity.engines.feeds import Feed
-from parity.engines.fsdp2 import FSDP2Engine
+from parity.engines.fsdp2 import tensor_parallel, ulysses
+from parity.engines.fsdp2.engine import FSDP2Engine
 from parity.engines.fused_ops import COUNTER
-from parity.engines.hf_common import load_hf_model
-from parity.engines.mindspeed_env import find_mindspeed
+from parity.engines.hf.common import load_hf_model
+from parity.engines.mindspeed.env import find_mindspeed
 from parity.engines.specs import MINDSPEED_FSDP
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES
 from parity.harness.contract.schema import Scenario
@@ -190,7 +190,7 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         self.dp_rank, self.sp_rank = self.state.get_rank("fsdp"), self.state.get_rank("ulysses")
         self.tp_rank = self.state.get_rank("tp")
         if self.sp > 1:
-            ulysses.STATE.group = self.state.get_group("ulysses")
+            self.ulysses_group = self.state.get_group("ulysses")
         self.compute = _compute_context(self.plan, self.ctx.device.type)
         self.tp_partial = {id(p) for p in tensor_parallel.partial_grad_params(self.model)}
         self.left_out = left_out_of_fsdp(model, self.ms_config)

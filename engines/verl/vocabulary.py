@@ -1,9 +1,14 @@
-"""Engine settings in the names verl users already have in their YAML, mapped onto the harness's own engines.
+"""verl's vocabulary, one front door: a scenario's engine settings in the names verl users already have in their
+YAML. Both spellings parse here: the `verl:` block (`translate`, for the harness's own engines, through the rules
+of engines/verl/blocks.py) and verl's own `actor_rollout_ref` tree (`prepare_tree`, for verl's own engines, through
+the key tables of engines/verl/keys.py). A key that restates a scenario field is stated once, in keys.py; what an
+engine supports (packings, schedules, loss aggregations, RL-step settings) is read from its EngineSpec by
+validation, never refused here.
 
 A scenario may carry a `verl:` block instead of `strategy` + `layout`, in either of two forms:
 - verl's trainer config, nested and/or dotted: `actor_rollout_ref.actor.{strategy, megatron, fsdp_config, optim}`
   and `trainer.{n_gpus_per_node, nnodes, device}` — whole blocks as verl generates them; every key translates or
-  is refused with its reason (harness/config/verl_blocks.py);
+  is refused with its reason (engines/verl/blocks.py);
 - the flat engine-config form: McoreEngineConfig / FSDPEngineConfig field names at the top of the block (read
   through the same rules) plus `strategy`, `device`, `n_gpus_per_node`, `nnodes`, `mcore_kwargs`, `fsdp_kwargs`.
 The same constraints verl enforces apply: sequence parallel is forced off at TP=1, `fsdp_size: -1` means the whole
@@ -25,19 +30,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parity.harness.config.errors import ScenarioError, did_you_mean
-from parity.harness.config.registry import RETIRED, canonical
-from parity.harness.config.renames import RENAMED_KEYS
-from parity.harness.config.verl_blocks import (
+from parity.engines.specs import RETIRED, canonical
+from parity.engines.verl.blocks import (
     ACTOR,
     BLOCK_FAMILY,
     BLOCKS,
     DEFAULT_STRATEGY,
+    ENGINE_KWARGS,
     FAMILY_BLOCK,
     FAMILY_DEFAULTS,
     FLAT_EXTRAS,
     IMPLIED,
-    KWARGS_BLOCKS,
     KWARGS_FAMILY,
     RULES,
     TRAINER,
@@ -46,12 +49,14 @@ from parity.harness.config.verl_blocks import (
     Inert,
     Merge,
     Only,
+    RefusedKey,
     To,
     resolve_interpolation,
     rule_for,
-    same_value,
 )
-from parity.harness.contract.config_tree import flatten
+from parity.engines.verl.keys import BLOCK, DTYPE_NAMES, PACKING, SECTIONS, VERL_DTYPE, EngineKeys, same_value
+from parity.harness.contract.config_tree import did_you_mean, flatten
+from parity.harness.contract.renames import RENAMED_KEYS
 
 #: a harness strategy -> the engine verl's same strategy runs on device npu (verl PR #7374: MindSpeed's path)
 NPU_STRATEGIES = {name: verl.on_npu for name, verl in VERL_ENGINES.items() if verl.on_npu}
@@ -61,7 +66,7 @@ FAMILIES = {name: verl.family for name, verl in VERL_ENGINES.items()}
 OLD_NAMES = (*RETIRED, *RENAMED_KEYS)
 TREES = ("actor_rollout_ref", "trainer")
 #: every flat-form key (for did-you-mean)
-FLAT_KEYS = (*FLAT_EXTRAS, *KWARGS_BLOCKS, *(k for table in RULES.values() for k in table if "." not in k))
+FLAT_KEYS = (*FLAT_EXTRAS, *ENGINE_KWARGS, *(k for table in RULES.values() for k in table if "." not in k))
 #: what the actor's other keys are, for their refusal
 _ACTOR_ELSEWHERE = ("a verl actor setting outside its engine blocks (loss, batching, checkpoint, profiler): "
                     "the `verl:` block configures the harness's engine from actor.strategy / megatron / fsdp_config "
@@ -77,20 +82,21 @@ _TRAINER_ELSEWHERE = "only trainer.n_gpus_per_node, trainer.nnodes and trainer.d
 class _Translation:
     fields: dict[str, Any] = field(default_factory=dict)
     """scenario field ('layout.tp', 'mcore_kwargs.x', 'workload.lr', 'dtype', ...) -> value."""
-    merged: dict[str, dict[str, Any]] = field(default_factory=lambda: {b: {} for b in KWARGS_BLOCKS})
+    merged: dict[str, dict[str, Any]] = field(default_factory=lambda: {b: {} for b in ENGINE_KWARGS})
     problems: list[tuple[str, str]] = field(default_factory=list)
 
 
 def translate(raw: dict[str, Any], where: dict[str, str]) -> dict[str, Any]:
-    """A raw scenario mapping with a `verl:` block -> the same mapping in harness fields."""
+    """A raw scenario mapping with a `verl:` block -> the same mapping in harness fields; raises RefusedKey
+    naming the key as the user wrote it (`where` names the file and scenario in warnings)."""
     block = raw.get("verl")
     if block is None:
         return raw
     if not isinstance(block, dict):
-        raise ScenarioError("'verl' must be a mapping of verl engine config fields", key="verl", **where)
+        raise RefusedKey("verl", "'verl' must be a mapping of verl engine config fields")
     for clash in ("strategy", "layout", "engine"):
         if clash in raw:
-            raise ScenarioError(f"give the engine either as 'verl' or as '{clash}', not both", key=clash, **where)
+            raise RefusedKey(clash, f"give the engine either as 'verl' or as '{clash}', not both")
     trees = {k: v for k, v in block.items() if isinstance(k, str) and k.split(".")[0] in TREES}
     tree_leaves, problems = flatten(trees, root="verl")
     _raise_first(problems, where)
@@ -127,13 +133,13 @@ def _flat_path(key: Any, family: str | None, where: dict[str, str]) -> str:
     """A flat-form key -> its place in verl's trainer tree (engine keys in the strategy's block)."""
     if key in FLAT_EXTRAS:
         return FLAT_EXTRAS[key]
-    if key in KWARGS_BLOCKS:
+    if key in ENGINE_KWARGS:
         return f"harness.{key}"
     blocks = sorted(FAMILY_BLOCK.values(), key=lambda block: block != FAMILY_BLOCK.get(family or ""))
     for block in blocks:  # the strategy's own block first; a key of another is refused below, naming both
         if rule_for(BLOCKS[block], str(key)) is not None:
             return f"{ACTOR}{block}.{key}"
-    raise ScenarioError(f"unknown verl engine field{did_you_mean(key, FLAT_KEYS)}", key=f"verl.{key}", **where)
+    raise RefusedKey(f"verl.{key}", f"unknown verl engine field{did_you_mean(key, FLAT_KEYS)}")
 
 
 def _shown(key: str, shown: dict[str, str]) -> str:
@@ -254,7 +260,7 @@ def _raise_first(problems: list[tuple[str, str]], where: dict[str, str]) -> None
     key, message = problems[0]
     if len(problems) > 1:
         message += f" (also: {'; '.join(f'{k}: {m}' for k, m in problems[1:])})"
-    raise ScenarioError(message, key=key, **where)
+    raise RefusedKey(key, message)
 
 
 def _assemble(raw: dict[str, Any], block: dict[str, Any], strategy: str, family: str | None, result: _Translation,
@@ -273,7 +279,7 @@ def _assemble(raw: dict[str, Any], block: dict[str, Any], strategy: str, family:
     name = canonical(str(fields.get("strategy", strategy)))
     out["strategy"] = NPU_STRATEGIES.get(name, name) if device == "npu" else name
     out["layout"] = _layout(fields, given, where)
-    for kwargs_block in KWARGS_BLOCKS:
+    for kwargs_block in ENGINE_KWARGS:
         from_fields = {k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith(kwargs_block + ".")}
         combined = {**raw.get(kwargs_block, {}), **from_fields, **result.merged[kwargs_block]}
         if combined:
@@ -288,8 +294,8 @@ def _assemble(raw: dict[str, Any], block: dict[str, Any], strategy: str, family:
             continue
         name = key.split(".", 1)[1]
         if name in workload and not same_value(workload[name], value):
-            raise ScenarioError(f"verl sets {value!r}, the scenario's workload {workload[name]!r}: give it once",
-                                key=f"workload.{name}", **where)
+            raise RefusedKey(f"workload.{name}", f"verl sets {value!r}, the scenario's workload "
+                                                 f"{workload[name]!r}: give it once")
         workload[name] = value
     if workload:
         out["workload"] = workload
@@ -304,7 +310,7 @@ def _layout(fields: dict[str, Any], given: set[str], where: dict[str, str]) -> d
         del layout["etp"]
         if layout.get("ep", 1) > 1:
             layout["etp"] = layout.get("tp", 1)
-    if layout.get("sequence_parallel") and layout.get("tp", 1) == 1:
+    if layout.get("sequence_parallel") and not verl_sequence_parallel(layout.get("tp", 1), True):
         if "layout.sequence_parallel" in given:
             print(f"parity: warning: {where['file']}, scenario {where['scenario']}: sequence_parallel forced off "
                   "because tensor_model_parallel_size is 1 (as verl does)", file=sys.stderr)
@@ -318,6 +324,12 @@ def _layout(fields: dict[str, Any], given: set[str], where: dict[str, str]) -> d
     return layout
 
 
+def verl_sequence_parallel(tp: int, sequence_parallel: bool) -> bool:
+    """Megatron's sequence parallelism as verl takes it: off at TP 1 whatever is given (verl/workers/config/
+    engine.py McoreEngineConfig.__post_init__; its generated default is true)."""
+    return bool(sequence_parallel) and int(tp) > 1
+
+
 def _data_parallel(fsdp_size: Any, layout: dict[str, Any], world: int | None, where: dict[str, str]) -> int:
     """dp from fsdp_size (-1 = everything left) or, for Megatron layouts, world / (tp * pp * cp)."""
     model_parallel = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1) * layout.get("ulysses", 1)
@@ -326,8 +338,8 @@ def _data_parallel(fsdp_size: Any, layout: dict[str, Any], world: int | None, wh
     if world is None:
         return 1
     if world % model_parallel:
-        raise ScenarioError(f"n_gpus_per_node * nnodes = {world} is not divisible by the model-parallel size "
-                            f"{model_parallel}", key="verl", **where)
+        raise RefusedKey("verl", f"n_gpus_per_node * nnodes = {world} is not divisible by the model-parallel size "
+                                 f"{model_parallel}")
     return world // model_parallel
 
 
@@ -346,3 +358,110 @@ def vocabulary(block: dict[str, Any], device: str | None = None) -> str:
     if tree:
         return "verl trainer config (actor_rollout_ref.actor engine blocks; the same in every version)"
     return "verl engine config (the same in every version)"
+
+
+# ---- verl's own engines: the actor_rollout_ref tree ---------------------------------------------------------
+def _get(raw: Mapping[str, Any], path: str) -> Any:
+    node: Any = raw
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _set(raw: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    head, _, rest = path.partition(".")
+    if not rest:
+        return {**raw, head: value}
+    inner = raw.get(head)
+    return {**raw, head: _set(dict(inner) if isinstance(inner, Mapping) else {}, rest, value)}
+
+
+def _field_default(path: str) -> Any:
+    from parity.harness.contract.schema import Layout, Scenario, Workload
+
+    head, _, rest = path.partition(".")
+    if head == "workload":
+        return Workload.model_fields[rest].default
+    if head == "layout":
+        return Layout.model_fields[rest].default
+    return Scenario.model_fields[head].default
+
+
+def _field_problem(path: str, value: Any) -> str | None:
+    """Why the scenario field cannot take a value derived from a verl key (its schema type)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from parity.harness.contract.schema import Layout, Scenario, Workload
+
+    head, _, rest = path.partition(".")
+    model, name = {"workload": (Workload, rest), "layout": (Layout, rest)}.get(head, (Scenario, head))
+    try:
+        TypeAdapter(model.model_fields[name].annotation).validate_python(value)
+    except ValidationError as exc:
+        return exc.errors()[0]["msg"]
+    return None
+
+
+def _to_scenario(field: str, value: Any) -> Any:
+    if field == "dtype":
+        return DTYPE_NAMES.get(str(value), value)
+    if field == "workload.packing" and isinstance(value, bool):
+        return PACKING[value]
+    return value
+
+
+def _to_verl(field: str, value: Any) -> Any:
+    if field == "dtype":
+        return VERL_DTYPE.get(value, value)
+    if field == "workload.packing":
+        return {v: k for k, v in PACKING.items()}.get(value, value)
+    return value
+
+
+def _same(field: str, verl_value: Any, scenario_value: Any) -> bool:
+    converted = _to_scenario(field, verl_value)
+    if isinstance(converted, (int, float)) and not isinstance(converted, bool):
+        return isinstance(scenario_value, (int, float)) and float(converted) == float(scenario_value)
+    return converted == scenario_value
+
+
+def prepare_tree(raw: dict[str, Any], keys: EngineKeys) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """A scenario of one of verl's own engines: its `actor_rollout_ref` tree flattened, and the keys that restate a
+    scenario field reconciled with it (engines/verl/keys.py's module docstring)."""
+    flat, problems = flatten(raw.get(BLOCK) or {})
+    for key in flat:
+        if key.split(".", 1)[0] not in SECTIONS:
+            problems.append((f"{BLOCK}.{key}", f"the verl engines read actor_rollout_ref's "
+                                               f"{' and '.join(SECTIONS)} sections only"))
+    if problems:
+        return raw, problems
+    # `${oc.select:path,default}` references of a copy of verl's generated config, resolved as in a `verl:` block
+    given = {f"{BLOCK}.{key}": value for key, value in flat.items()}
+    flat = {key: resolved if done else value for key, value in flat.items()
+            for resolved, done in [resolve_interpolation(value, given)]}
+    out = dict(raw)
+    # the keys given in the verl tree first, so that a field one of them sets is written into the others
+    for key, target in keys.shared.items():
+        if (given_verl := flat.get(key)) is None:
+            continue
+        if (given_scenario := _get(out, target)) is None:
+            derived = _to_scenario(target, given_verl)
+            if (problem := _field_problem(target, derived)) is not None:
+                problems.append((f"{BLOCK}.{key}", f"{given_verl!r} cannot be the scenario's {target}: {problem}"))
+                continue
+            out = _set(out, target, derived)
+        elif not _same(target, given_verl, given_scenario):
+            problems.append((f"{BLOCK}.{key}", f"{given_verl!r} disagrees with the scenario's {target} "
+                                               f"{given_scenario!r}: give it once"))
+    for key, target in keys.shared.items():
+        if key not in flat:
+            value = _get(out, target)
+            if key in keys.quiet_defaults and (value is None or value == _field_default(target)):
+                continue
+            flat[key] = _to_verl(target, _field_default(target) if value is None else value)
+            if key in keys.verl_none and flat[key] == keys.verl_none[key]:
+                flat[key] = None
+    out[BLOCK] = flat
+    return out, problems

@@ -1,5 +1,5 @@
 """`fsdp2`: the transformers model under torch FSDP2 `fully_shard` on N ranks, with optional Ulysses sequence
-parallel OR tensor parallel (2-D FSDP x TP, as torchtitan does it; engines/tensor_parallel.py has the plan).
+parallel OR tensor parallel (2-D FSDP x TP, as torchtitan does it; engines/fsdp2/tensor_parallel.py has the plan).
 
 Ranks are laid out as (dp, inner) with inner = ulysses or tp, fastest. With Ulysses, FSDP shards over the whole
 world (as verl does), rows are split over dp and the sequence over each ulysses group. With TP, FSDP shards over
@@ -15,9 +15,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parity.engines import tensor_parallel, ulysses
 from parity.engines.feeds import Feed, packed_feed, padded_feed
-from parity.engines.hf_common import (
+from parity.engines.fsdp2 import tensor_parallel, ulysses
+from parity.engines.hf.common import (
     broadcast_into_shards,
     hf_state_to_checkpoint,
     load_hf_model,
@@ -32,7 +32,7 @@ from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
-from parity.harness.contract.optim_state import torch_optimizer_steps, zero_adam_moments
+from parity.harness.contract.optim_state import finish_resume, torch_optimizer_steps
 from parity.harness.contract.workload import Batch, per_position
 
 #: where the DCP checkpoint and the scheduler's state go in a checkpoint directory
@@ -55,7 +55,7 @@ class FSDP2Engine(Engine):
         if self.sp > 1:
             ulysses.register()
             groups = [dist.new_group(list(range(d * self.sp, (d + 1) * self.sp))) for d in range(self.dp)]
-            ulysses.STATE.group = groups[self.dp_rank]
+            self.ulysses_group = groups[self.dp_rank]
         attention = ulysses.ATTN_NAME if self.sp > 1 else "sdpa"
         # verl's way (rank 0 reads, the others build on meta, tensors broadcast into the shards); under TP the
         # parallelize_module calls distribute every weight from its local value, so every rank loads it
@@ -121,12 +121,11 @@ class FSDP2Engine(Engine):
     def _score_local(self, feed: Feed) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs/entropy for this rank's positions (position i scores token i+1)."""
         device = self.ctx.device
-        if self.sp > 1:
-            ulysses.STATE.key_padding = feed.key_padding
-            ulysses.STATE.positions = feed.stream_positions
+        context = {ulysses.KWARG: ulysses.UlyssesState(self.ulysses_group, feed.key_padding, feed.stream_positions)
+                   } if self.sp > 1 else {}
         mask = feed.attention_mask.to(device) if feed.attention_mask is not None and self.sp == 1 else None
         logits = self.model(input_ids=feed.tokens.to(device), attention_mask=mask,
-                            position_ids=feed.positions.to(device)).logits
+                            position_ids=feed.positions.to(device), **context).logits
         return logprobs_and_entropy(logits, feed.labels.to(device))
 
     @torch.no_grad()
@@ -199,9 +198,8 @@ class FSDP2Engine(Engine):
         dcp.load(state, checkpoint_id=str(directory / DCP_DIR))
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
-        self.scheduler.load_state_dict(torch.load(directory / SCHEDULER_FILE, weights_only=False))
-        if self.ctx.faults.active("resume_adam_moments_zeroed"):
-            zero_adam_moments(self.optimizer)
+        finish_resume(self.optimizer, None, self.scheduler,
+                      torch.load(directory / SCHEDULER_FILE, weights_only=False), self.ctx.faults)
 
     @classmethod
     def convert_checkpoint(cls, directory: Path, hf_dir: Path, base: Path, faults: FaultPlan) -> None:

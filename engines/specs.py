@@ -3,6 +3,7 @@ before it runs anything. Adding a built-in engine = its module + one spec here (
 
 from __future__ import annotations
 
+from parity.harness.contract.schema import RL_STEP_FIELDS
 from parity.harness.contract.spec import (
     LOSS_AGG_MODES,
     PACKINGS,
@@ -56,7 +57,8 @@ HF = EngineSpec(
     summary="transformers model in one process; the reference engine",
     packings=PACKINGS, checkpoints=("resume", "convert"),
     kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, memory=MemoryTraits(scored="response"),
-    preload=("transformers", "parity.engines.hf"), source=("parity.engines.hf_common",), reference=HF_REFERENCE)
+    preload=("transformers", "parity.engines.hf"), source=("parity.engines.hf_common", "parity.reference"),
+    reference=HF_REFERENCE, rl_step=RL_STEP_FIELDS)
 
 #: imported after the planned engines' preload when it holds transformers and no planned engine patches while
 #: loading: transformers' modeling base and its checkpoint conversion table (engines/transformers_warm.py)

@@ -58,7 +58,7 @@ HF = EngineSpec(
     packings=PACKINGS, checkpoints=("resume", "convert"),
     kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, memory=MemoryTraits(scored="response"),
     preload=("transformers", "parity.engines.hf"), source=("parity.engines.hf_common", "parity.reference"),
-    reference=HF_REFERENCE, rl_step=RL_STEP_FIELDS)
+    reference=HF_REFERENCE, rl_step=RL_STEP_FIELDS, rules="parity.engines.specs:hf_errors")
 
 #: imported after the planned engines' preload when it holds transformers and no planned engine patches while
 #: loading: transformers' modeling base and its checkpoint conversion table (engines/transformers_warm.py)
@@ -170,6 +170,14 @@ VERL_MINDSPEED = EngineSpec(
     environment_check="parity.engines.verl.rules:mindspeed_environment_problem",
     # verl imports MindSpeed's adaptor, then Megatron (verl/workers/engine/__init__.py): the rank imports all three
     devices=("npu",), preload=MINDSPEED_PRELOAD, preload_excludes=("megatron", "mindspeed", "verl"))
+
+
+def hf_errors(scenario: object, shape: object) -> list[tuple[str, str]]:
+    """The reference computes every adv_estimator but GAE, whose advantages come from a critic it does not train."""
+    if scenario.workload.adv_estimator == "gae":  # type: ignore[attr-defined]
+        return [("workload.adv_estimator", "gae needs a critic (a value model's per-token values, verl "
+                                           "compute_gae_advantage_return); the hf reference trains no critic")]
+    return []
 
 
 def fsdp2_layout_errors(scenario: object, shape: object) -> list[tuple[str, str]]:

@@ -170,7 +170,7 @@ class HFEngine(Engine):
             with torch.no_grad():
                 for master, param in zip(self.masters, self.model.parameters(), strict=True):
                     param.copy_(master)
-        return StepOutput(loss=float(loss), grad_norm=float(grad_norm), group_grad_norms=groups, lr=lrs)
+        return StepOutput(loss=float(loss.detach()), grad_norm=float(grad_norm), group_grad_norms=groups, lr=lrs)
 
     def optimizer_steps(self) -> int | None:
         return torch_optimizer_steps(self.optimizer)

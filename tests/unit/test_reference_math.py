@@ -159,7 +159,7 @@ def _gspo_token_ratio(logp, old, adv, mask, low, high):  # twin: token ratios (v
 @pytest.mark.parametrize(("fn", "right"), [(ref.gspo, True), (_gspo_token_ratio, False)])
 def test_gspo_sequence_ratio_by_hand(fn, right):
     old = torch.zeros(2, 3)
-    logp = torch.tensor([[0.2, 0.4, 9.0], [0.1, -0.1, 9.0]], requires_grad=True)  # the 9s are padding
+    logp = torch.tensor([[0.2, 0.4, 9.0], [0.1, -0.1, 9.0]], requires_grad=True)  # last column: padding
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
     adv = torch.tensor([[1.0] * 3, [-2.0] * 3])
     losses = fn(logp, old, adv, mask, 0.2, 0.28)

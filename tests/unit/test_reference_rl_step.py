@@ -20,9 +20,10 @@ from parity.harness.contract.optim_state import torch_optimizer_steps
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.workload import build_batch
 
-WORKLOAD = {"batch_size": 8, "group_size": 4, "adv_estimator": "grpo", "mini_batches": 2, "ppo_epochs": 2,
-            "steps": 2, "use_kl_loss": True, "kl_loss_coef": 0.5, "kl_loss_type": "k3", "clip_ratio_high": 0.28,
-            "entropy_coeff": 0.02, "lr": 1e-3, "lr_scheduler_type": "cosine"}
+WORKLOAD = {"batch_size": 8, "prompt_len": 8, "response_len": 8, "group_size": 4, "adv_estimator": "grpo",
+            "mini_batches": 2, "ppo_epochs": 2, "steps": 2, "use_kl_loss": True, "kl_loss_coef": 0.5,
+            "kl_loss_type": "k3", "clip_ratio_high": 0.28, "entropy_coeff": 0.02, "lr": 1e-3,
+            "lr_scheduler_type": "cosine"}
 
 
 def _engine(cache_dir: Path) -> tuple[hf.HFEngine, object]:

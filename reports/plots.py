@@ -49,7 +49,7 @@ class _ScenarioCanvas:
         for ax, title in zip(self.axes, self.TITLES, strict=True):
             ax.set_title(title, fontsize=9, y=1.0)  # a fixed y skips a tight-bbox pass per axes
         for ax in self.axes[:4]:
-            ax.set_xlabel("step")
+            ax.set_xlabel("optimizer update")  # one per step, or mini_batches x ppo_epochs per step (RL rows)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         self.axes[2].set_yscale("log")
         self.axes[4].set_xlabel("log10 |Δ|")

@@ -89,7 +89,8 @@ def _worst_label(result: dict[str, Any]) -> str | None:
     check = worst_check(result)
     if check is None:
         return None
-    return check["metric"] + (f" @ step {check['step']}" if check.get("step") is not None else "")
+    at = f" @ step {check['step']}" if check.get("step") is not None else ""
+    return check["metric"] + at + (f", update {check['update']}" if check.get("update") is not None else "")
 
 
 COLUMNS = {column.header: column for column in (

@@ -22,12 +22,9 @@ from parity.engines.hf.common import (
     hf_state_to_checkpoint,
     load_hf_model,
     load_on_rank0,
-    make_optimizer,
-    make_scheduler,
-    param_group_lrs,
-    step_scheduler,
 )
 from parity.engines.specs import FSDP2
+from parity.engines.training import make_optimizer, make_scheduler, param_group_lrs, step_scheduler
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan

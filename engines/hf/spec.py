@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from parity.harness.contract.schema import RL_STEP_FIELDS
 from parity.harness.contract.spec import LOSS_AGG_MODES, PACKINGS, Baseline, EngineSpec, MemoryTraits, ReferenceRecipe
 
 #: the three-way lane's baselines: the hf engine at the candidate's dtype, as torch.autocast over fp32 weights (HF
@@ -16,7 +17,8 @@ HF = EngineSpec(
     summary="transformers model in one process; the reference engine",
     packings=PACKINGS, checkpoints=("resume", "convert"),
     kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, memory=MemoryTraits(scored="response"),
-    preload=("transformers", "parity.engines.hf.engine"), source=("parity.engines.hf.common",), reference=HF_REFERENCE)
+    preload=("transformers", "parity.engines.hf.engine"), source=("parity.engines.hf.common", "parity.reference"),
+    reference=HF_REFERENCE, rl_step=RL_STEP_FIELDS, rules="parity.engines.hf.rules:hf_errors")
 
 #: imported after the planned engines' preload when it holds transformers and no planned engine patches while
 #: loading: transformers' modeling base and its checkpoint conversion table (engines/transformers_warm.py)

@@ -37,7 +37,7 @@ from parity.engines.megatron.packing import THDSplit, alignment_padding, te_thd_
 from parity.engines.specs import MEGATRON
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
-from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
+from parity.harness.contract.losses import masked_loss_sum
 from parity.harness.contract.optim_state import finish_resume, torch_optimizer_steps
 from parity.harness.contract.workload import Batch
 
@@ -45,6 +45,31 @@ from parity.harness.contract.workload import Batch
 VOCAB_DIVISOR = 128
 #: the dist-ckpt's directory in a checkpoint directory
 DIST_CKPT_DIR = "dist_ckpt"
+
+
+def vocab_parallel_log_probs(shard: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log p(label) from [..., V / tp] logits: minus Megatron's vocab_parallel_cross_entropy (which shifts its input
+    in place: it gets a copy)."""
+    from megatron.core import tensor_parallel
+
+    return -tensor_parallel.vocab_parallel_cross_entropy(shard.float().clone(), labels)
+
+
+def vocab_parallel_entropy(shard: torch.Tensor) -> torch.Tensor:
+    """H = max + log sum exp(z - max) - sum softmax(z) z over the whole vocabulary, from [..., V / tp] logits: the
+    sums reduced over TP with Megatron's reduce_from_tensor_model_parallel_region (all-reduce forward, identity
+    backward: each rank's share of a sum differentiates locally); the max detached (H does not depend on it)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state, tensor_parallel
+
+    z = shard.float()
+    top = z.detach().max(dim=-1, keepdim=True).values
+    if parallel_state.get_tensor_model_parallel_world_size() > 1:
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=parallel_state.get_tensor_model_parallel_group())
+    exp = torch.exp(z - top)
+    total = tensor_parallel.reduce_from_tensor_model_parallel_region(exp.sum(dim=-1, keepdim=True))
+    weighted = tensor_parallel.reduce_from_tensor_model_parallel_region((exp * z).sum(dim=-1, keepdim=True))
+    return (top + total.log() - weighted / total).squeeze(-1)
 
 
 def finalize_grads_without_token_rescale(model: list[Any], num_tokens: Any = None, **kwargs: Any) -> None:
@@ -300,14 +325,25 @@ class MegatronEngine(Engine):
             num_microbatches=len(micro), seq_length=seq_length, micro_batch_size=rows, forward_only=forward_only)
 
     def _scores(self, mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token log-probs and entropy over the REAL vocabulary (TP-gathered logits, padding dropped).
+        """Per-token log-probs and entropy from this rank's vocabulary shard, never the gathered vocabulary: the
+        log-probs by Megatron's own vocab-parallel cross-entropy, as verl's Megatron engine takes them
+        (verl/utils/megatron/tensor_parallel.py vocab_parallel_log_probs_from_logits), the entropy vocab-parallel too
+        (verl's _VocabParallelEntropy math: max, sum of exp and sum of p x logit all-reduced over TP)."""
+        shard = self._real_vocab(logits)
+        return vocab_parallel_log_probs(shard, mb.labels), vocab_parallel_entropy(shard)
 
-        The model returns this rank's vocabulary shard and the gather is explicit: `runtime_gather_output=True`
-        is refused under sequence parallel up to 0.12, and where it is accepted it calls this same function."""
-        from megatron.core import tensor_parallel
+    def _real_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """This shard's logits with the columns of Megatron's vocabulary padding (make_vocab_size_divisible_by x tp,
+        zero rows of the output layer, so logit 0) at the dtype's lowest value: no token of the HF vocabulary they
+        stand for, so no share of the softmax. Fault `vocab_padding_in_softmax`: left in."""
+        from megatron.core import parallel_state
 
-        logits = tensor_parallel.gather_from_tensor_model_parallel_region(logits)
-        return logprobs_and_entropy(logits[..., : self.arch.vocab_size], mb.labels)
+        if self.ctx.faults.has("vocab_padding_in_softmax"):
+            return logits
+        width = logits.shape[-1]
+        start = parallel_state.get_tensor_model_parallel_rank() * width
+        padding = torch.arange(start, start + width, device=logits.device) >= self.arch.vocab_size
+        return logits.masked_fill(padding, torch.finfo(logits.dtype).min) if bool(padding.any()) else logits
 
     @torch.no_grad()
     def forward(self, batch: Batch) -> TokenOutputs | None:

@@ -359,7 +359,9 @@ FaultKind = Literal["grad_scale", "rank_loss_scale", "rope_theta_int", "mask_shi
                     "pad_tokens_in_normalizer", "moe_pad_tokens_routed",
                     # the schedule, the engine's own checkpoint and its conversion to HF (docs/scenarios.md)
                     "lr_warmup_ignored", "lr_scheduler_double_step", "weight_decay_on_norms",
-                    "resume_adam_moments_zeroed", "converter_qk_swap", "converter_tied_embedding_dropped"]
+                    "resume_adam_moments_zeroed", "converter_qk_swap", "converter_tied_embedding_dropped",
+                    # Megatron's vocab-parallel log-probs (engines/megatron/engine.py _real_vocab)
+                    "vocab_padding_in_softmax"]
 
 
 class Fault(_Strict):

@@ -35,11 +35,11 @@ def resume_checks(resumed: RunRecord, uninterrupted: RunRecord, limits: Limits, 
     """Every step from the first resumed one, and the after-training forward, against the uninterrupted run."""
     checks: list[Check] = []
     how = "bit-identical expected: same layout" if exact else "another layout: the scenario's limits"
-    by_step = {s.step: s for s in uninterrupted.steps}
+    by_update = {(s.step, s.update): s for s in uninterrupted.steps}
     for step in resumed.steps:
         if step.step < first_resumed_step:
             continue
-        base = by_step.get(step.step)
+        base = by_update.get((step.step, step.update))
         if base is None:
             checks.append(Check(f"{RESUME}step missing from the uninterrupted run", math.inf, 0.0, step=step.step))
             continue

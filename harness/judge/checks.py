@@ -15,6 +15,8 @@ class Check:
     """abs (vs fp32 reference), rel (relative), ratio (candidate error / baseline error)."""
     note: str = ""
     """How the limit was formed, when it is not a plain number (rtol + atol / |ref|)."""
+    update: int | None = None
+    """Which optimizer update of `step`, where a step takes several (Workload.updates_per_step)."""
 
     @property
     def passed(self) -> bool:
@@ -22,5 +24,6 @@ class Check:
 
     def reason(self) -> str:
         at = f" at step {self.step}" if self.step is not None else ""
+        at += f", update {self.update}" if self.update is not None else ""
         how = f"; {self.note}" if self.note else ""
         return f"{self.metric}{at} = {self.observed:.3g} > limit {self.limit:.3g} ({self.lane}{how})"

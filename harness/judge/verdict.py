@@ -92,8 +92,10 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
     reasons = [c.reason() for c in checks if not c.passed]
     reasons += [f"reference {c.reason()}" for c in lr_checks(reference, scenario.workload, limits)
                 if not c.passed]
-    if (taken := candidate.optimizer_steps) is not None and taken != scenario.workload.steps:
-        reasons.append(f"optimizer took {taken} step{'s' * (taken != 1)}, workload has {scenario.workload.steps} "
+    updates = scenario.workload.steps * scenario.workload.updates_per_step
+    if (taken := candidate.optimizer_steps) is not None and taken != updates:
+        per_step = f" ({scenario.workload.updates_per_step} per step)" if updates != scenario.workload.steps else ""
+        reasons.append(f"optimizer took {taken} step{'s' * (taken != 1)}, workload has {updates}{per_step} "
                        "(Engine.optimizer_steps read back from the optimizer state)")
     if dropped := dropped_kwargs(scenario, candidate):
         reasons.append(f"dropped engine kwargs: {', '.join(dropped)} (accepted but never applied by the engine)")
@@ -144,9 +146,12 @@ def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits
         step_limits = []
         for i, value in enumerate(series.per_step):
             ref = ref_series[i] if i < len(ref_series) else math.nan
+            # the i+1-th optimizer update: the first is before any update, the rest after (a step's later updates
+            # included), so the step-1 limits apply to it alone
             rtol, atol = limits.step_tolerance(name, i + 1)
             step_limits.append(rel_limit(rtol, atol, ref))
-            checks.append(Check(f"{label} rel diff", value, step_limits[-1], step=i + 1, lane="rel",
+            step, update = update_at(reference, candidate, i)
+            checks.append(Check(f"{label} rel diff", value, step_limits[-1], step=step, update=update, lane="rel",
                                 note=f"rtol {rtol:.3g} + atol {atol:.3g}/|ref {ref:.3g}|" if atol else ""))
         metrics[f"{name}_rel_limit"] = step_limits
         if baseline is not None:  # one step's error is one draw: judged only as medians over windows, opt-in
@@ -158,6 +163,16 @@ def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits
     metrics["logprob_max_abs"] = worst(metrics[k]["max_abs"] for k in ("logprobs_before", "logprobs_after"))
     metrics["logprob_mean_abs"] = worst(metrics[k]["mean_abs"] for k in ("logprobs_before", "logprobs_after"))
     return checks, metrics
+
+
+def update_at(reference: RunRecord, candidate: RunRecord, index: int) -> tuple[int, int | None]:
+    """(step, update) of the index-th record (the reference's, else the candidate's); update None where every step
+    took one."""
+    records = reference.steps if index < len(reference.steps) else candidate.steps
+    if index >= len(records):
+        return index + 1, None
+    several = any(s.update > 1 for s in (*reference.steps, *candidate.steps))
+    return records[index].step, records[index].update if several else None
 
 
 def worst(values: Iterable[float]) -> float:

@@ -16,11 +16,15 @@ RunStatus = Literal["ok", "error", "timeout", "skipped"]
 
 @dataclass(slots=True)
 class StepRecord:
+    """One optimizer update: a step's only one, or one of its Workload.updates_per_step (mini-batches x epochs),
+    in order. Per-step facts (group grad norms, expert load, lr) sit on the step's last update."""
+
     step: int
     loss: float
     grad_norm: float
     """Before clipping."""
     step_time_s: float
+    """The step's time, shared evenly by its updates."""
     group_grad_norms: dict[str, float] | None = None
     """Pre-clip grad norm per HF parameter group (parity.harness.contract.grad_groups); None = not reported."""
     expert_load: dict[str, list[float]] | None = None
@@ -28,6 +32,9 @@ class StepRecord:
     reported."""
     lr: list[float] | None = None
     """Every optimizer param group's learning rate at this step's update (StepOutput.lr); None = not reported."""
+    update: int = 1
+    """Which update of its step (1-based)."""
+
 
 
 @dataclass(slots=True)

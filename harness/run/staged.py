@@ -65,6 +65,6 @@ def merged(first: RunRecord, second: RunRecord) -> RunRecord:
         peak_memory_bytes=max(first.peak_memory_bytes, second.peak_memory_bytes),
         peak_memory_per_rank=[max(a, b) for a, b in zip(first.peak_memory_per_rank, second.peak_memory_per_rank,
                                                          strict=False)] or second.peak_memory_per_rank,
-        provenance={**second.provenance, "resumed": {"after_step": len(first.steps),
+        provenance={**second.provenance, "resumed": {"after_step": first.steps[-1].step if first.steps else 0,
                                                      "first_part": first.provenance.get("world_size")}},
         wall_time_s=first.wall_time_s + second.wall_time_s, compute_time_s=first.compute_time_s + second.compute_time_s)

@@ -125,9 +125,13 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
         out = engine.train_step(batch, old_logprobs, step)
         devices.synchronize(scenario.device)
         if rank == 0:
-            loss, grad_norm = checked_step(out, step)
-            steps.append(StepRecord(step=step, loss=loss, grad_norm=grad_norm, step_time_s=time.perf_counter() - t0,
-                                    group_grad_norms=checked_groups(out, step),
+            updates = checked_updates(out, step, scenario.workload.updates_per_step)
+            share = (time.perf_counter() - t0) / len(updates)
+            steps += [StepRecord(step=step, update=u, loss=loss, grad_norm=grad_norm, step_time_s=share)
+                      for u, (loss, grad_norm) in enumerate(updates[:-1], 1)]
+            loss, grad_norm = updates[-1]
+            steps.append(StepRecord(step=step, update=len(updates), loss=loss, grad_norm=grad_norm,
+                                    step_time_s=share, group_grad_norms=checked_groups(out, step),
                                     expert_load=checked_expert_load(out, step), lr=checked_lr(out, step)))
     after = None
     if last_step == scenario.workload.steps:
@@ -265,6 +269,37 @@ def checked_step(out: Any, step: int) -> tuple[float, float]:
                                     "expected a float")
         values.append(float(value))
     return values[0], values[1]
+
+
+def checked_updates(out: Any, step: int, expected: int) -> list[tuple[float, float]]:
+    """(loss, pre-clip grad norm) of each of the step's `expected` optimizer updates: StepOutput.updates, or its
+    loss / grad_norm where the step takes one update."""
+    import torch
+
+    last = checked_step(out, step)
+    given = out.updates
+    where = f"Engine.train_step (step {step}): StepOutput.updates"
+    if given is None:
+        if expected != 1:
+            raise EngineOutputError(f"{where} is None, but the workload takes {expected} optimizer updates per step "
+                                    "(mini_batches x ppo_epochs): report each update's loss and grad norm")
+        return [last]
+    if not isinstance(given, list | tuple) or len(given) != expected:
+        raise EngineOutputError(f"{where} is {given!r:.80}, expected a list of {expected} (loss, grad_norm) pairs, "
+                                "one per optimizer update of the step (mini_batches x ppo_epochs)")
+    pairs = []
+    for u, pair in enumerate(given, 1):
+        values = list(pair) if isinstance(pair, list | tuple) and len(pair) == 2 else None
+        for i, value in enumerate(values or []):
+            if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex:
+                values[i] = value = value.detach().item()
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                values = None
+                break
+        if values is None:
+            raise EngineOutputError(f"{where}: update {u} is {pair!r:.60}, expected (loss, grad_norm) floats")
+        pairs.append((float(values[0]), float(values[1])))
+    return pairs
 
 
 def checked_groups(out: Any, step: int) -> dict[str, float] | None:

@@ -58,6 +58,8 @@ EXPECTED = {
     # one module's gradient wrong: the per-group fingerprint names the layer and the module
     CLEAN + "+module_grad_scale": "layer 1 post_attention_layernorm grad norm rel diff at step 1",
     CLEAN_MEGATRON + "+module_grad_scale": "layer 2 mlp.gate_up grad norm rel diff at step 1",
+    # the padded vocabulary columns counted in Megatron's vocab-parallel softmax: every log-prob shifts
+    CLEAN_MEGATRON + "+vocab_padding_in_softmax": "log-prob before training max |Δ|",
     # a skipped optimizer step, read back from the optimizer's own state
     CLEAN + "+optimizer_step_skip": "optimizer took 1 step, workload has 2",
     CLEAN_MEGATRON + "+optimizer_step_skip": "optimizer took 1 step, workload has 2",

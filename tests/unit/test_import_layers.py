@@ -4,7 +4,8 @@ RunRecord -> compare -> Verdict -> reporters is a dependency order: a module imp
 ones, never one above it.
 
   0 contract   parity.harness.contract   what an engine implements and consumes (imports nothing else of ours)
-  1 engines    parity.engines, parity.examples   (import only the contract)
+  1 engines    parity.engines, parity.examples, parity.reference (the reference's own math)   (import only the
+               contract)
   2 config     parity.harness.config     YAML, validation, the spec registry (the ONLY door to engines: specs)
   3 run        parity.harness.run        cards, launchers, the rank body, the RunRecord it writes
   4 judge      parity.harness.judge      references, comparison, tolerances, verdicts
@@ -32,8 +33,9 @@ from parity.engines.specs import BUILTIN
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = {"parity.harness": REPO / "harness", "parity.engines": REPO / "engines", "parity.reports": REPO / "reports",
-         "parity.examples": REPO / "parity_examples", "benchmarks": REPO / "benchmarks", "ci": REPO / "ci"}
-LAYERS = [("parity.harness.contract", 0), ("parity.engines", 1), ("parity.examples", 1),
+         "parity.examples": REPO / "parity_examples", "parity.reference": REPO / "reference",
+         "benchmarks": REPO / "benchmarks", "ci": REPO / "ci"}
+LAYERS = [("parity.harness.contract", 0), ("parity.engines", 1), ("parity.examples", 1), ("parity.reference", 1),
           ("parity.harness.config", 2), ("parity.harness.run", 3), ("parity.harness.judge", 4),
           ("parity.reports", 5), ("parity.harness", 6), ("benchmarks", 7), ("ci", 7)]
 #: the one orchestration module that may import an engine module: the spec registry, and only the specs

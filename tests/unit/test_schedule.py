@@ -40,7 +40,7 @@ def _run(scheduler_step, optimizer, steps: int) -> list[float]:
 
 
 def transformers_lrs(workload: Workload) -> list[float]:
-    from parity.engines.hf.common import make_scheduler
+    from parity.engines.training import make_scheduler
     from parity.harness.contract.faults import FaultPlan
 
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=workload.lr)

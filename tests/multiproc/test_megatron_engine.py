@@ -99,3 +99,14 @@ def test_every_fault_has_a_clean_twin() -> None:
         twin = faulted.model_copy(update={"faults": ()})
         assert twin.id in clean, f"{faulted.id}: no clean twin {twin.id}"
         assert clean[twin.id].content_hash() == twin.content_hash(), twin.id
+
+
+def test_the_distributed_optimizers_resume_on_torch_adamw_still_fails_unpatched(runner: Runner) -> None:
+    """scenarios/cpu.yaml's distopt-resume row, its broken mark lifted: Megatron's DistributedOptimizer on torch's
+    AdamW (what Megatron picks without TE / Apex) runs unpatched, and its resume is off the uninterrupted run. When
+    megatron/core/optimizer/distrib_optimizer.py is fixed this test fails: lift the mark."""
+    [row] = [s for s in load_file(REPO / "scenarios" / "cpu.yaml") if s.name == "distopt-resume"]
+    assert row.broken and "megatron/core/optimizer/distrib_optimizer.py" in row.broken
+    verdict = runner.run_scenario(row.model_copy(update={"broken": None}))
+    assert verdict.status == "FAIL", verdict.reasons
+    assert any(r.startswith("log-prob after the last step max |Δ|") for r in verdict.reasons), verdict.reasons

@@ -17,12 +17,14 @@ from pathlib import Path
 
 from parity.harness.config import devices, paths
 from parity.harness.config.errors import ScenarioError
+from parity.harness.config.registry import SPECS
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge import drift
 from parity.harness.judge.golden import integrity as golden_integrity
 from parity.harness.judge.golden import manifest_of
 from parity.harness.judge.reference import (
+    REFERENCE_CODE,
     Sources,
     baseline_scenario,
     cache_key,
@@ -30,6 +32,7 @@ from parity.harness.judge.reference import (
     golden_mismatch,
     reference_scenario,
     run_identity,
+    source_files,
 )
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, scenario_info, skipped
 from parity.harness.options import RunOptions
@@ -73,7 +76,9 @@ class Runner:
         self._planned = list(planned)
         self._forked: ForkedLauncher | None = None
         self._references: dict[str, RunRecord] = {}
-        self._sources = Sources().snapshot()  # before the forkserver imports anything: the code the ranks run
+        # before the forkserver imports anything: the code the ranks run, for every key this run may take
+        self._sources = Sources().snapshot(source_files((*REFERENCE_CODE, *(m for spec in SPECS.values()
+                                                                             for m in spec.modules))))
         self._rechecks_left = options.recheck_cached
         self._commit = harness_commit()
         self._history = load_history(options.history)

@@ -64,13 +64,10 @@ class Sources:
             self._digests[path] = hashlib.sha256(path.read_bytes()).hexdigest()
         return self._digests[path]
 
-    def snapshot(self, roots: tuple[str, ...] = ("parity.harness", "parity.engines")) -> Sources:
-        """Read every .py file under these packages now (before the forkserver starts)."""
-        for name in roots:
-            spec = importlib.util.find_spec(name)
-            for location in (spec.submodule_search_locations or []) if spec else []:
-                for path in sorted(Path(location).rglob("*.py")):
-                    self.digest(path.resolve())
+    def snapshot(self, paths: list[Path]) -> Sources:
+        """Read these files now (before the forkserver starts)."""
+        for path in paths:
+            self.digest(path)
         return self
 
     def changed(self) -> list[Path]:
@@ -90,11 +87,45 @@ def _parity_imports(path: Path) -> list[str]:
     return found
 
 
+def _locate(name: str) -> tuple[Path, bool] | None:
+    """(source file, is a package) of a module: one of parity's found on disk without importing it or any parent
+    beyond parity's top-level package (whose package-dir mapping says where each part lives), None for a name that
+    is an attribute of a module (`from parity.x import function`); another package's by its import spec."""
+    parts = name.split(".")
+    if parts[0] != __name__.split(".")[0]:  # another package's module named by a spec (a third-party engine)
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            return None
+        return Path(spec.origin), bool(spec.submodule_search_locations)
+    if len(parts) < 2:
+        return None
+    try:
+        spec = importlib.util.find_spec(".".join(parts[:2]))
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    if not spec.submodule_search_locations:
+        return (Path(spec.origin), False) if len(parts) == 2 else None
+    where = Path(next(iter(spec.submodule_search_locations)))
+    for index, part in enumerate(parts[2:], start=3):
+        if (where / part / "__init__.py").is_file():
+            where = where / part
+        elif (where / f"{part}.py").is_file():
+            return (where / f"{part}.py", False) if index == len(parts) else None
+        else:
+            return None
+    return where / "__init__.py", True
+
+
 def source_files(modules: tuple[str, ...]) -> list[Path]:
     """The source files of `modules` and of every parity module they import, transitively (a package named here
     counts with every .py file beside its __init__; its parents' __init__ run on import too), found without
     importing them."""
-    files: dict[Path, None] = {}
+    files: set[Path] = set()
     seen: set[str] = set()
     todo = list(modules)
     while todo:
@@ -102,18 +133,14 @@ def source_files(modules: tuple[str, ...]) -> list[Path]:
         if name in seen:
             continue
         seen.add(name)
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
+        located = _locate(name)
+        if located is None:
             continue
-        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-            continue
-        origin = Path(spec.origin).resolve()
-        paths = sorted(origin.parent.glob("*.py")) if spec.submodule_search_locations and name in modules \
-            else [origin]
-        for path in paths:
+        origin, package = located
+        for path in sorted(origin.parent.glob("*.py")) if package and name in modules else [origin]:
+            path = path.resolve()
             if path not in files:
-                files[path.resolve()] = None
+                files.add(path)
                 todo += _parity_imports(path)
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(2, len(parts))]

@@ -92,9 +92,9 @@ def test_the_cache_key_covers_the_code_that_determines_a_references_numbers():
 def test_the_key_is_taken_from_the_sources_as_the_session_first_read_them(tmp_path):
     """A file edited after the session read it: the key still names what was read (what the forkserver imported),
     and changed() names the file, so the runner writes no entry (tests/multiproc/test_ref_cache_run.py)."""
-    from parity.harness.judge.reference import Sources, code_hash
+    from parity.harness.judge.reference import REFERENCE_CODE, Sources, code_hash, source_files
 
-    sources = Sources().snapshot()
+    sources = Sources().snapshot(source_files(REFERENCE_CODE))
     assert sources.changed() == [] and code_hash(sources=sources) == code_hash()
     module = tmp_path / "builder.py"
     module.write_text("SEED = 1\n")

@@ -18,7 +18,7 @@ from pathlib import Path
 from parity.harness.config import devices, paths
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.registry import SPECS
-from parity.harness.config.validate import skip_reason
+from parity.harness.config.validate import broken_here, skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge import drift
 from parity.harness.judge.golden import integrity as golden_integrity
@@ -104,7 +104,7 @@ class Runner:
 
     def _run_scenario(self, scenario: Scenario) -> Verdict:
         reason = skip_reason(scenario)
-        if reason and self.options.required(scenario) and not scenario.broken:
+        if reason and self.options.required(scenario) and broken_here(scenario) is None:
             return Verdict(scenario.id, "ERROR", [f"required to run here (--require {scenario.source}) but it would "
                                                   f"SKIP: {reason}"], info=scenario_info(scenario))
         if reason:

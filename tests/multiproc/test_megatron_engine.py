@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from parity.harness.config.matrix import load_file
+from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.runner import Runner
 from tests.conftest import REPO
@@ -107,7 +108,10 @@ def test_the_distributed_optimizers_resume_on_torch_adamw_still_fails_unpatched(
     megatron/core/optimizer/distrib_optimizer.py is fixed this test fails: lift the mark."""
     [row] = [s for s in load_file(REPO / "scenarios" / "cpu.yaml") if s.name == "distopt-resume"]
     assert row.broken and "megatron/core/optimizer/distrib_optimizer.py" in row.broken
-    verdict = runner.run_scenario(row.model_copy(update={"broken": None}))
+    lifted = row.model_copy(update={"broken": None})
+    if why := skip_reason(lifted):  # megatron-core 0.12's dist-ckpt writer on this torch / numpy
+        pytest.skip(why)
+    verdict = runner.run_scenario(lifted)
     assert verdict.status == "FAIL", verdict.reasons
     assert any(r.startswith("log-prob after the last step max |Δ|") for r in verdict.reasons), verdict.reasons
 
@@ -129,9 +133,9 @@ def test_the_moe_packed_cp_row_is_broken_exactly_where_megatron_routes_alignment
     if defect is None:
         return
     assert "megatron/core/models/gpt/gpt_model.py" in defect
-    assert runner.run_scenario(row).status == "SKIP"
+    assert skip_reason(row) == f"marked broken on this stack: {defect}"
     monkeypatch.setattr(upstream, "routes_alignment_padding", lambda scenario, experts: None)
     verdict = runner.run_scenario(row)
-    assert verdict.status == "FAIL"
+    assert verdict.status == "FAIL", verdict.reasons
     assert verdict.reasons and all(" expert load max |Δ| (tokens) at step " in r for r in verdict.reasons), \
         verdict.reasons

@@ -7,7 +7,11 @@ step times with log-normal run-to-run noise. Prints, per noise level:
   history cut 3 nights after the step starts), at a random night and at fixed ones;
 - a slow creep (+1 % a night) and a regression that undoes an earlier improvement;
 - the perf gate (max_slowdown 5 %): false FAILs of a clean run and the share of slowdowns it FAILs, by the number
-  of earlier runs of the same provenance.
+  of earlier runs of the same provenance;
+- noiseless histories (a CPU error metric, bit-identical night after night) and mixed ones (half noiseless, half
+  noisy): false flags, and a step in one noiseless series (x2 past the 50 % margin; x1.3 inside it);
+- one change across the matrix (drift.matrix_changes): every scenario's step time +15 % on one night, or 60 % of
+  them, or +3 % (inside the 5 % margin), and how often a clean history flags one.
 
     python benchmarks/drift_rule.py [--trials 200] [--noise 0.02 0.05]
 """
@@ -19,9 +23,10 @@ import math
 import random
 
 from parity.harness.contract.schema import PerfGate
-from parity.harness.judge.drift import GATE_MIN, METRICS, flag_changes, perf_breaches
+from parity.harness.judge.drift import GATE_MIN, METRICS, flag_changes, matrix_changes, perf_breaches
 
 STEP_TIME = next(m for m in METRICS if m.key == "step_time_s")
+LOGPROB = next(m for m in METRICS if m.key == "logprob_max_abs")
 SCENARIOS, NIGHTS, DETECT_WITHIN = 75, 20, 3
 STEPS = {0.02: 0.10, 0.05: 0.25}
 """Noise level -> the step that must be caught (the issue's acceptance)."""
@@ -87,6 +92,42 @@ def gate_rates(rng: random.Random, noise: float, earlier: int, slowdown: float, 
     return false / trials, caught / trials
 
 
+def noiseless_rates(rng: random.Random, trials: int, mixed: bool) -> tuple[float, float, float]:
+    """(clean histories with any flag, x2 steps in one noiseless series flagged at their night, x1.3 steps flagged):
+    every series noiseless (a log-prob error per scenario), or half of them noisy step times (5 %)."""
+    clean = doubled = inside = 0
+    for _ in range(trials):
+        levels = [2.0 ** -rng.randint(14, 24) for _ in range(SCENARIOS)]
+        series = {i: ([level] * NIGHTS, LOGPROB) for i, level in enumerate(levels)}
+        if mixed:
+            series |= {i: (values, STEP_TIME) for i, values in enumerate(history(rng, 0.05, SCENARIOS // 2))
+                       if i % 2}
+        at = rng.randint(8, NIGHTS - 1)
+        clean += bool(flag_changes(series))
+        for factor in (2.0, 1.3):
+            values = [v * (factor if i >= at else 1.0) for i, v in enumerate(series[0][0])]
+            found = any(c.index == at for c in flag_changes({**series, 0: (values, LOGPROB)}).get(0, []))
+            doubled += found and factor == 2.0
+            inside += found and factor == 1.3
+    return clean / trials, doubled / trials, inside / trials
+
+
+def matrix_rates(rng: random.Random, noise: float, trials: int) -> dict[str, float]:
+    """Share of histories (75 x 20, log-normal noise) with a matrix-wide change flagged: clean (judged once, and
+    every night from night 5), every scenario +15 % from the last night, 60 % of them, all +3 %."""
+    out = dict.fromkeys(("clean once", "clean nightly", "all +15%", "60% +15%", "all +3%"), 0.0)
+    for _ in range(trials):
+        series = {i: (values, STEP_TIME) for i, values in enumerate(history(rng, noise))}
+        out["clean once"] += bool(matrix_changes(series))
+        out["clean nightly"] += any(matrix_changes({k: (v[:night], m) for k, (v, m) in series.items()})
+                                    for night in range(5, NIGHTS + 1))
+        for label, factor, share in (("all +15%", 1.15, 1.0), ("60% +15%", 1.15, 0.6), ("all +3%", 1.03, 1.0)):
+            moved = {k: ([x * (factor if i == NIGHTS - 1 and k < share * SCENARIOS else 1.0)
+                          for i, x in enumerate(v)], m) for k, (v, m) in series.items()}
+            out[label] += any(c.index == NIGHTS - 1 for c in matrix_changes(moved))
+    return {label: count / trials for label, count in out.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=200, help="synthetic histories per figure")
@@ -119,6 +160,16 @@ def main() -> None:
                 false, caught = gate_rates(rng, noise, earlier, slowdown, args.trials * 5)
                 print(f"  gate, {earlier:2d} earlier runs: {false:6.1%} false FAIL, {caught:6.1%} of +{slowdown:.0%} "
                       "slowdowns FAIL (max_slowdown 5 %)")
+        rates = matrix_rates(rng, noise, max(1, args.trials // 4))
+        print(f"  matrix: {rates['clean once']:6.1%} clean histories flag a matrix change judged once, "
+              f"{rates['clean nightly']:6.1%} on any night; a change on the last night flagged in "
+              f"{rates['all +15%']:.1%} (every scenario +15 %), {rates['60% +15%']:.1%} (60 % of them), "
+              f"{rates['all +3%']:.1%} (all +3 %, inside the 5 % margin)")
+    for mixed in (False, True):
+        clean, doubled, inside = noiseless_rates(rng, max(1, args.trials // 4), mixed)
+        what = "mixed (half noiseless errors, half 5 % noisy step times)" if mixed else "noiseless (every series)"
+        print(f"\n{what}: {clean:6.1%} clean histories with any flag; a step in one noiseless series flagged at "
+              f"its night: {doubled:.1%} (x2), {inside:.1%} (x1.3, inside the 50 % margin)")
 
 
 if __name__ == "__main__":

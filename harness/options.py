@@ -35,6 +35,9 @@ class RunOptions:
     """Earlier runs' out dirs that perf gates (a scenario's `perf:`) compare with."""
     require: tuple[Path, ...] = ()
     """Scenario files whose rows must run here: a row of one that would SKIP (other than `broken`) is an ERROR."""
+    recheck_cached: int = 1
+    """Cached references and baselines this run recomputes and compares bit for bit with the stored entry (the first
+    ones it loads): a mismatch is refused (the entry removed, the scenarios judged against it ERROR)."""
 
     def required(self, scenario: Scenario) -> bool:
         return scenario.source is not None and Path(scenario.source).resolve() in {p.resolve() for p in self.require}
@@ -73,6 +76,9 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
                  "help": "a scenario file whose rows must run here (repeat it): a row that would SKIP (missing "
                          "package, device, ...; not one marked broken) is an ERROR instead. CI: a green run where "
                          "half the matrix skipped is not green"}),
+    ("recheck-cached", {"type": int, "default": 1, "metavar": "N",
+                        "help": "recompute the first N cached references / baselines this run loads and refuse one "
+                                "that differs bit for bit (0: trust the cache)"}),
 ]
 
 
@@ -98,7 +104,7 @@ def run_options(get: Callable[[str], Any]) -> RunOptions:
     return RunOptions(out_dir=out, cache_dir=Path(get("cache_dir")), launcher=get("launcher"),
                       node_rank=node_rank, master_addr=get("master_addr"), master_port=port, rdzv=get("rdzv"),
                       history=history,
-                      require=required)
+                      require=required, recheck_cached=get("recheck_cached"))
 
 
 def writable_out_dir(out_dir: Path, option: str = "--out") -> None:

@@ -21,7 +21,7 @@ from parity.harness.config.errors import ScenarioError
 from parity.harness.config.matrix import load_file
 from parity.harness.config.selection import with_device
 from parity.harness.config.shard import Shard, split
-from parity.harness.config.validate import check_environment, check_scenario, skip_reason
+from parity.harness.config.validate import broken_here, check_environment, check_scenario, skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.options import add_options, run_options
 from parity.harness.run.launch import expect_preload
@@ -171,7 +171,7 @@ class ScenarioFile(pytest.File):
             item = ScenarioItem.from_parent(self, name=scenario.id, scenario=scenario)
             for mark in scenario.marks:
                 item.add_marker(mark)
-            if scenario.broken:
+            if broken_here(scenario):
                 item.add_marker("broken")
             items.append(item)
         return items

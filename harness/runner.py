@@ -7,6 +7,8 @@ itself. One scenario's crash, hang or NaN becomes that scenario's ERROR/FAIL and
 from __future__ import annotations
 
 import datetime as dt
+import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterable
@@ -15,18 +17,22 @@ from pathlib import Path
 
 from parity.harness.config import devices, paths
 from parity.harness.config.errors import ScenarioError
-from parity.harness.config.validate import skip_reason
+from parity.harness.config.registry import SPECS
+from parity.harness.config.validate import broken_here, skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge import drift
 from parity.harness.judge.golden import integrity as golden_integrity
 from parity.harness.judge.golden import manifest_of
 from parity.harness.judge.reference import (
+    REFERENCE_CODE,
+    Sources,
     baseline_scenario,
     cache_key,
     golden_dir,
     golden_mismatch,
     reference_scenario,
     run_identity,
+    source_files,
 )
 from parity.harness.judge.verdict import Verdict, errored, failed, judge, scenario_info, skipped
 from parity.harness.options import RunOptions
@@ -73,6 +79,10 @@ class Runner:
         self._planned = list(planned)
         self._forked: ForkedLauncher | None = None
         self._references: dict[str, RunRecord] = {}
+        # before the forkserver imports anything: the code the ranks run, for every key this run may take
+        self._sources = Sources().snapshot(source_files((*REFERENCE_CODE, *(m for spec in SPECS.values()
+                                                                             for m in spec.modules))))
+        self._rechecks_left = options.recheck_cached
         self._commit = harness_commit()
         self._history = load_history(options.history)
 
@@ -97,7 +107,8 @@ class Runner:
 
     def _run_scenario(self, scenario: Scenario) -> Verdict:
         reason = skip_reason(scenario)
-        if self.options.required(scenario) and not scenario.broken and (must := skip_reason(scenario, golden=False)):
+        if self.options.required(scenario) and broken_here(scenario) is None and (
+                must := skip_reason(scenario, golden=False)):
             return Verdict(scenario.id, "ERROR", [f"required to run here (--require {scenario.source}) but it would "
                                                   f"SKIP: {must}"], info=scenario_info(scenario))
         if reason:
@@ -168,13 +179,42 @@ class Runner:
         return self._cached(ref, "reference")
 
     def _cached(self, run: Scenario, kind: str) -> RunRecord:
-        key = cache_key(run)
+        key = cache_key(run, self._sources)
         if key in self._references:
             return self._references[key]
         directory = paths.reference_dir(self.options.cache_dir, run.id, key)
-        record = ref_cache.get_or_compute(directory, lambda where: self.execute(run, f"{kind}:{run.id}", where))
+        stored = ref_cache.load(directory)
+        if stored is not None and self._rechecks_left > 0:
+            self._rechecks_left -= 1
+            record = self._recheck(run, kind, directory, stored)
+        else:
+            record = ref_cache.get_or_compute(directory, lambda where: self.execute(run, f"{kind}:{run.id}", where),
+                                              self._tree_changed)
         self._references[key] = record
         return record
+
+    def _tree_changed(self) -> str | None:
+        changed = self._sources.changed()
+        if not changed:
+            return None
+        names = ", ".join(str(path) for path in changed[:3]) + (f" (+{len(changed) - 3})" if len(changed) > 3 else "")
+        return f"the source tree changed during this session ({names}): the ranks may have run other code"
+
+    def _recheck(self, run: Scenario, kind: str, directory: Path, stored: RunRecord) -> RunRecord:
+        """Recompute a cached entry and compare bit for bit: a cache that holds what did not run is refused."""
+        where = directory.with_name(f".{directory.name}.recheck{os.getpid()}")
+        try:
+            again = self.execute(run, f"{kind}-recheck:{run.id}", where)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+        if not again.ok:
+            return again
+        if (why := ref_cache.differs(stored, again)) is None:
+            return stored
+        ref_cache.remove(directory)
+        return RunRecord.failed(run.id, run.content_hash(), "error",
+                                f"cached {kind} {directory} is not what recomputing it gives ({why}): refused, and "
+                                "the entry removed")
 
     def _record_dir(self, scenario: Scenario) -> Path:
         return paths.record_dir(self.options.out_dir, scenario.id)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.harness.config.paths import RESULTS
-from parity.harness.judge.drift import ABS_FLOOR, METRICS, Change, Metric, flag_changes
+from parity.harness.judge.drift import ABS_FLOOR, METRICS, Change, MatrixChange, Metric, flag_changes, matrix_changes
 from parity.reports import results as results_file
 
 IGNORED_PROVENANCE = ("started",)
@@ -50,6 +50,23 @@ class Flag:
                     f"{c.runs} runs from {self.run} ({c.before:.4g} -> {c.after:.4g}; p = {c.p:.2g})")
         return (f"{self.metric.kind}: {self.run_id} {self.metric.label} {c.relative:+.1%} "
                 f"({c.before:.4g} -> {c.after:.4g}; p = {c.p:.2g}) first in {self.run}; changed: {changed}")
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixFlag:
+    change: MatrixChange
+    run: str
+    """Label of the night the matrix moved."""
+    provenance: list[str]
+    """What differs in that night's provenance from the night before, over the rows of both (the first row that
+    has any difference)."""
+
+    def line(self) -> str:
+        c = self.change
+        changed = "; ".join(self.provenance) or "nothing in its provenance"
+        return (f"{c.metric.kind} across the matrix: {c.metric.label} {c.relative:+.1%} (median over {c.scenarios} "
+                f"scenarios; {c.worse} moved worse, {c.better} better; p = {c.p:.2g}) in {self.run}; "
+                f"changed: {changed}")
 
 
 def load_runs(directories: list[Path]) -> list[Run]:
@@ -116,6 +133,21 @@ def detect(runs: list[Run]) -> list[Flag]:
     return flags
 
 
+def detect_matrix(runs: list[Run]) -> list[MatrixFlag]:
+    """Nights on which most scenarios moved the same way (drift.matrix_changes), one flag per night and metric."""
+    ids = list(dict.fromkeys(run_id for run in runs for run_id in run.results))
+    series_of = {(run_id, metric.key): (values, metric) for run_id in ids
+                 for metric, values in zip(METRICS, series(runs, run_id).values(), strict=True)}
+    flags = []
+    for change in matrix_changes(series_of):
+        night, before = runs[change.index], runs[change.index - 1]
+        diff = next((d for run_id in night.results if run_id in before.results
+                     and (d := provenance_diff(before.results[run_id].get("provenance") or {},
+                                               night.results[run_id].get("provenance") or {}))), [])
+        flags.append(MatrixFlag(change, night.label, diff))
+    return flags
+
+
 def trend_table(runs: list[Run]) -> list[list[str]]:
     """Per scenario: the latest value of each metric and its change against the median of the runs before."""
     rows = []
@@ -169,5 +201,5 @@ def changes_since(earlier: list[Run], current: list[dict[str, Any]], label: str 
     lines += [f"gone: {run_id} (was {previous.results[run_id]['verdict']})" for run_id in previous.results
               if run_id not in now]
     runs = [*earlier, Run(label, now)]
-    lines += [flag.line() for flag in detect(runs) if flag.run == label]
+    lines += [flag.line() for flag in [*detect_matrix(runs), *detect(runs)] if flag.run == label]
     return [f"since {previous.label}: " + line for line in lines] if lines else [f"since {previous.label}: none"]

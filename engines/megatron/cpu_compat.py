@@ -168,48 +168,6 @@ def _quantize_nothing_early(original: Callable[..., None]) -> Callable[..., None
     return quantize
 
 
-def _states_without_step(original: Callable[..., None]) -> Callable[..., None]:
-    """DistributedOptimizer._set_main_param_and_optimizer_states with torch's AdamW (the fallback without Apex /
-    Transformer Engine), which keeps a "step" in every parameter's state: the fully reshardable loader hands it no
-    step (it skips the key: load_state_dict has set it from the param groups, megatron/core/optimizer/
-    distrib_optimizer.py load_parameter_state_from_fully_reshardable), so copying every state key fails (KeyError
-    'step'); the DP-reshardable loader hands it the step tensor this optimizer held BEFORE the load (a
-    LocalNonpersistentObject in sharded_param_state_dp_reshardable), which would overwrite the loaded count. TE's and
-    Apex's fused Adam keep the step in the param groups, where load_state_dict restores it: here too, the main param
-    and moments are copied and the step is left as load_state_dict set it."""
-
-    def set_states(self: Any, model_param: Any, tensors: dict[str, Any]) -> None:
-        group_index, group_order = self.model_param_group_index_map[model_param]
-        main_param = self.optimizer.param_groups[group_index]["params"][group_order]
-        state = self.optimizer.state.get(main_param, {})
-        if "step" not in state:
-            return original(self, model_param, tensors)
-        step = state.pop("step")
-        try:
-            return original(self, model_param, {k: v for k, v in tensors.items() if k != "step"})
-        finally:
-            state["step"] = step
-
-    return set_states
-
-
-def _own_step_per_param(original: Callable[..., None]) -> Callable[..., None]:
-    """DistributedOptimizer.load_state_dict with torch's AdamW (no Apex / Transformer Engine): it sets the loaded step
-    count into every parameter's state as ONE shared tensor (megatron/core/optimizer/distrib_optimizer.py
-    load_state_dict, `s["step"] = step` for all states), and torch's AdamW increments each parameter's step in place,
-    so after a resume the shared count grew by one per parameter per update (measured: 69 steps read back after 4,
-    Adam's bias correction wrong from the first resumed update). TE's and Apex's fused Adam keep one step per param
-    group, which is what the loader means: each parameter gets its own copy of it."""
-
-    def load_state_dict(self: Any, state_dict: Any) -> None:
-        original(self, state_dict)
-        for state in self.optimizer.state.values():
-            if isinstance(state.get("step"), torch.Tensor):
-                state["step"] = state["step"].clone()
-
-    return load_state_dict
-
-
 #: message tags of the shape exchange, one per direction
 _FORWARD, _BACKWARD = 1, 2
 
@@ -295,7 +253,6 @@ class CpuCompat:
     def apply(self) -> None:
         require_supported_version()
         from megatron.core import fp8_utils
-        from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
         from megatron.core.pipeline_parallel import p2p_communication
         from megatron.core.tensor_parallel import mappings, random
         from megatron.core.transformer import torch_norm
@@ -325,11 +282,6 @@ class CpuCompat:
             self._set(token_dispatcher.MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", None)
         self._set(fp8_utils, "_quantize_param_shard_impl",
                   _quantize_nothing_early(fp8_utils._quantize_param_shard_impl))
-        # a distributed optimizer loading a checkpoint into torch's AdamW (the stand-in for TE's fused Adam)
-        self._set(DistributedOptimizer, "load_state_dict", _own_step_per_param(DistributedOptimizer.load_state_dict))
-        if hasattr(DistributedOptimizer, "_set_main_param_and_optimizer_states"):
-            self._set(DistributedOptimizer, "_set_main_param_and_optimizer_states",
-                      _states_without_step(DistributedOptimizer._set_main_param_and_optimizer_states))
         self._set(mappings, "_gather_along_first_dim", _gather_first_dim_gloo(mappings._gather_along_first_dim))
         self._set(mappings, "_reduce_scatter_along_first_dim",
                   _reduce_scatter_first_dim_gloo(mappings._reduce_scatter_along_first_dim))

@@ -35,6 +35,7 @@ MEGATRON = EngineSpec(
     packings=PACKINGS, checkpoints=("resume", "convert"), checkpoint_check=MEGATRON_DIST_CKPT,
     dims=MEGATRON_DIMS, kwargs_blocks=("mcore_kwargs",), layout_keys=MEGATRON_LAYOUT_KEYS,
     rules="parity.engines.megatron.rules:megatron_layout_errors", requires=(MEGATRON_CORE,), memory=MEGATRON_MEMORY,
+    upstream_defects="parity.engines.megatron.upstream:routes_alignment_padding",
     preload=("transformers", "megatron.core", "parity.engines.megatron.model"), cuda_apis=("megatron",),
     verl=VerlNames(family="megatron", block="megatron", config="McoreEngineConfig", implied=True,
                    on_npu="mindspeed_megatron"))

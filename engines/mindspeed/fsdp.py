@@ -8,12 +8,11 @@ CPU) and `applied_kwargs()` reads every one back from the config object MindSpee
 when `fsdp_kwargs` never reached its engine.
 
 What MindSpeed's engine leaves to its caller, done here: the Ulysses attention exchange (engines/fsdp2/ulysses.py
-over MindSpeed's 'ulysses' group), summing gradients over that group, averaging over the fsdp group the gradients
-of exactly the modules MindSpeed's own config leaves out of FSDP (`fsdp_plan.ignored_modules` after its
-validation, which adds the TP modules when fsdp > 1; not the experts it hands to its expert FSDP), summing
-per-head norm gradients (Qwen3 q_norm / k_norm) over tp, and a grad norm across DTensors on different meshes.
-Nothing else is reduced: a module MindSpeed should have wrapped and did not, or wrapped on another mesh, keeps the
-gradient MindSpeed left it, and the numbers show it (docs/engines.md, "What harness code may do around an engine").
+over MindSpeed's 'ulysses' group) with the sum of gradients over that group it implies, and a grad norm across
+DTensors on different meshes. No other gradient is reduced: the modules MindSpeed's config leaves out of FSDP
+(`fsdp_plan.ignored_modules`, which its validation extends with the TP plan's modules when fsdp > 1) and the
+TP-partial per-head norms (Qwen3 q_norm / k_norm) keep the gradients MindSpeed leaves them, and the numbers show
+it (docs/engines.md, "What harness code may do around an engine").
 Batch sharding and scoring are the fsdp2 engine's (rows over fsdp, sequence over ulysses).
 """
 
@@ -192,8 +191,6 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         if self.sp > 1:
             self.ulysses_group = self.state.get_group("ulysses")
         self.compute = _compute_context(self.plan, self.ctx.device.type)
-        self.tp_partial = {id(p) for p in tensor_parallel.partial_grad_params(self.model)}
-        self.left_out = left_out_of_fsdp(model, self.ms_config)
         self.build_optimizer(self.model)
         self.model.apply_optimizer_hook(self.optimizer)
 
@@ -244,27 +241,20 @@ class MindSpeedFSDPEngine(FSDP2Engine):
         return self.dp
 
     def after_backward(self, step: int) -> None:
-        self._reduce_grads_fsdp_left_out()
+        self._sum_grads_over_ulysses()
 
     def loss_replicas(self) -> int:
         """TP peers compute the same loss share."""
         return self.tp
 
     @torch.no_grad()
-    def _reduce_grads_fsdp_left_out(self) -> None:
-        """Sum over the ulysses group (FSDP's mesh is 'fsdp' alone); average over fsdp what MindSpeed's config
-        leaves out of FSDP (`left_out_of_fsdp`), and nothing else; sum the TP-partial gradients over tp."""
+    def _sum_grads_over_ulysses(self) -> None:
+        """The Ulysses exchange is this engine's (FSDP's mesh is 'fsdp' alone): its gradient sum over 'ulysses'."""
+        if self.sp == 1:
+            return
         for param in self.model.parameters():
-            if param.grad is None:
-                continue
-            local = tensor_parallel.local(param.grad)
-            if self.dp > 1 and id(param) in self.left_out:
-                dist.all_reduce(local, group=self.state.get_group("fsdp"))
-                local.div_(self.dp)
-            if self.sp > 1:
-                dist.all_reduce(local, group=self.state.get_group("ulysses"))
-            if self.tp > 1 and id(param) in self.tp_partial:
-                dist.all_reduce(local, group=self.state.get_group("tp"))
+            if param.grad is not None:
+                dist.all_reduce(tensor_parallel.local(param.grad), group=self.state.get_group("ulysses"))
 
     def clip_grads(self, max_norm: float) -> float:
         return tensor_parallel.clip_grad_norm(self.model.parameters(), max_norm)
@@ -335,23 +325,6 @@ def _compute_context(plan: FSDPEnginePlan, device_type: str) -> contextlib.Abstr
     otherwise meet bf16 activations — it was a repair shaped around one MindSpeed behaviour.)"""
     dtype = TORCH_DTYPES[plan.config["fsdp_plan"]["param_dtype"]]
     return contextlib.nullcontext() if dtype == torch.float32 else torch.autocast(device_type, dtype=dtype)
-
-
-def left_out_of_fsdp(model: torch.nn.Module, config: Any) -> set[int]:
-    """ids of the parameters MindSpeed's own config leaves out of FSDP: modules matching `fsdp_plan.ignored_modules`
-    (which MindSpeed's validate_fsdp_config extends with the TP plan's modules when fsdp > 1 and with the EP plan's
-    when ep > 1: mindspeed/fsdp/parallel_engine_config.py), less the experts its expert FSDP shards on 'efsdp'
-    (`ep_plan.apply_efsdp_modules`), matched as MindSpeed matches them (mindspeed/fsdp/utils/str_match.py)."""
-    from mindspeed.fsdp.utils.str_match import module_name_match
-
-    ignored = list(config.fsdp_plan.ignored_modules or [])
-    expert_sharded = list(config.ep_plan.apply_efsdp_modules or []) if config.expert_parallel_size > 1 else []
-    left: set[int] = set()
-    for name, module in model.named_modules():
-        if any(module_name_match(p, name) for p in ignored) and not any(
-                module_name_match(p, name) for p in expert_sharded):
-            left.update(id(p) for p in module.parameters())
-    return left
 
 
 def fsdp_meshes(model: torch.nn.Module) -> dict[str, str]:

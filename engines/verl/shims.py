@@ -141,8 +141,7 @@ MEGATRON_CPU = Shim(
     "device='cuda' / pin_memory onto the CPU, `Tensor.type()` answering CUDA type names (Megatron's optimizer "
     "dispatches on them), null streams and events, gloo gathers of unequal sizes, the torch norm under "
     "sequence parallelism (its weights tagged sequence_parallel, so their gradients are summed over TP as TE's "
-    "norms are), and the distributed optimizer's checkpoint load under torch's AdamW (the loaded step count kept, "
-    "one step tensor per parameter: cpu_compat.py _states_without_step, _own_step_per_param)")
+    "norms are). Megatron's optimizer runs unpatched (its torch-AdamW resume is a broken row)")
 MBRIDGE_LOCAL_SPEC = Shim(
     "mbridge-local-spec", "mbridge/core/llm_bridge.py:150",
     "mbridge builds Transformer Engine's layer spec unconditionally (use_transformer_engine=True) and TE needs CUDA: "

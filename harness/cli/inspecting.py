@@ -56,16 +56,17 @@ def cmd_history(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         raise ScenarioError(f"cannot read results: {exc}") from None
     print(tabulate(history.trend_table(runs), headers=history.HEADERS, tablefmt="simple", disable_numparse=True))
-    flags = history.detect(runs)
+    flags, matrix = history.detect(runs), history.detect_matrix(runs)
     print(f"\n{len(runs)} runs, oldest first: {', '.join(run.label for run in runs)}")
-    for flag in flags:
-        print(flag.line())
-    print(f"{len(flags)} change(s) flagged" if flags else "no change flagged")
+    lines = [flag.line() for flag in [*matrix, *flags]]
+    for line in lines:
+        print(line)
+    print(f"{len(lines)} change(s) flagged" if lines else "no change flagged")
     if args.html:
         from parity.reports import html
 
         writable_out_dir(Path(args.out))
         page = html.render(list(runs[-1].results.values()), title=f"Parity history: {runs[-1].label}",
-                           trends=history.trend_figures(runs, flags), drift=[flag.line() for flag in flags])
+                           trends=history.trend_figures(runs, flags), drift=lines)
         print(f"report: {html.write(Path(args.out), page)}")
-    return EXIT_FAILED if flags else EXIT_OK
+    return EXIT_FAILED if lines else EXIT_OK

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from parity.engines.specs import ALIASES as ALIASES
 from parity.engines.specs import BUILTIN, SPECS, TRANSFORMERS_WARM, VERL_VOCABULARY, canonical
 from parity.engines.specs import RETIRED as RETIRED
-from parity.harness.config.models import hf_modeling_module
+from parity.harness.config.models import hf_modeling_module, model_shape
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import EngineSpec, open_spec
 
@@ -105,6 +105,15 @@ def checkpoint_problem(spec: EngineSpec) -> str | None:
     if spec.checkpoint_check is None or spec.missing():
         return None
     return import_path(spec.checkpoint_check)()
+
+
+def upstream_defect(spec: EngineSpec, scenario: Scenario) -> str | None:
+    """The spec's known upstream defect this row would hit on the installed release, run only when its
+    requirements are present."""
+    if spec.upstream_defects is None or spec.missing():
+        return None
+    shape = model_shape(scenario.model)
+    return import_path(spec.upstream_defects)(scenario, shape.num_experts if shape else 0)
 
 
 def preload_excludes(specs: list[EngineSpec]) -> set[str]:

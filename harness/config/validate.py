@@ -17,7 +17,13 @@ from parity.harness.config.memory import plan_for
 from parity.harness.config.models import expand_model_path, is_tiny, model_shape
 from parity.harness.config.paths import RECORD
 from parity.harness.config.registry import check_environment as check_spec_environment
-from parity.harness.config.registry import checkpoint_problem, engine_import_problem, import_path, spec_for
+from parity.harness.config.registry import (
+    checkpoint_problem,
+    engine_import_problem,
+    import_path,
+    spec_for,
+    upstream_defect,
+)
 from parity.harness.contract.parallel_dims import ParallelDims
 from parity.harness.contract.schema import RL_STEP_FIELDS, Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS, LAYOUT_DIMS, EngineSpec
@@ -123,6 +129,8 @@ def skip_reason(scenario: Scenario, *, golden: bool = True) -> str | None:
         missing.append(problem)
     if not missing and (scenario.resume is not None or scenario.convert) and (problem := checkpoint_problem(spec)):
         missing.append(problem)
+    if not missing and (defect := upstream_defect(spec, scenario)):
+        return f"marked broken on this stack: {defect}"
     if missing and (problem := model_path_problem(scenario.model)):
         missing.append(problem)
     if golden and (problem := missing_golden(scenario)):
@@ -150,6 +158,13 @@ def missing_golden(scenario: Scenario) -> str | None:
     return (f"golden reference {given} is not recorded ({where}): record it on a CUDA runner with `parity golden "
             f"record {GOLDENS_FILE} -k '{run_id}' --device cuda --out goldens` ({GOLDENS_WORKFLOW}, "
             f"`gh workflow run goldens.yml -f k='{run_id}'`), then pin the release (PARITY_GOLDENS_TAG)")
+def broken_here(scenario: Scenario) -> str | None:
+    """Why the row is known broken: its `broken:` mark, or an upstream defect of the installed release it would
+    hit (its engine's `upstream_defects`)."""
+    if scenario.broken:
+        return scenario.broken
+    spec = spec_for(scenario)
+    return upstream_defect(spec, scenario)
 
 
 def _emulated(spec: EngineSpec, scenario: Scenario) -> bool:

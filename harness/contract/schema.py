@@ -317,6 +317,12 @@ class Tolerance(_Strict):
     """Three-way lane, opt-in: the same limit for mean |Δ| (MoE routing flips make it noisy; docs/tolerances.md)."""
     ratio_max: float | None = None
     """Three-way lane, opt-in: the same limit for max |Δ| (one draw per run: heavy-tailed)."""
+    grad_norm_rel_baseline_step1: float | None = None
+    """Three-way lane: the step-1 pre-clip grad norm against the same-recipe baseline's (the same weights, the same
+    recipe, before any update: two implementations of one bf16 step), |c - b| / |b|. Far tighter than against fp32,
+    whose rounding gap to bf16 hides a small gradient scale (bf16 default per row class: docs/tolerances.md)."""
+    group_grad_norm_rel_baseline_step1: float | None = None
+    """Three-way lane: each module's (parameter group's) step-1 pre-clip grad norm against the baseline's, as above."""
     expert_load_abs: float | None = None
     """Opt-in, MoE: the most tokens one expert of one layer may receive more or fewer than in the reference, per
     step, as the router's load statistics count them (StepOutput.expert_load: real tokens only). 0 = the same

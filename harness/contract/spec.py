@@ -200,6 +200,11 @@ class EngineSpec:
     checkpoint_check: str | None = None
     """'module:function() -> str | None': why its own checkpoint cannot work with what is installed (a writer that
     calls what a newer torch removed); a `resume` / `convert` scenario SKIPs with the message."""
+    upstream_defects: str | None = None
+    """'module:function(scenario, experts) -> str | None' (experts: the model's expert count, 0 when dense): an
+    upstream defect of the installed release that this row would hit (read from the packages' source, torch-free),
+    naming the upstream file: the row is broken here and SKIPs as a `broken:` row does, and a test lifts it to check
+    it still FAILs."""
     requires: tuple[Requirement, ...] = ()
     """Packages the engine needs; a missing one SKIPs its scenarios with the reason."""
     environment_check: str | None = None

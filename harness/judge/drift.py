@@ -243,11 +243,12 @@ def _weights(length: int) -> Callable[[int | None], float]:
     return weight
 
 
-def benjamini_hochberg(pvalues: Mapping[Hashable, float], q: float = FDR_Q) -> float:
-    """The largest p-value Benjamini-Hochberg accepts at level q over these tests (0: none)."""
+def benjamini_hochberg(pvalues: Mapping[Hashable, float], q: float = FDR_Q) -> float | None:
+    """The largest p-value Benjamini-Hochberg accepts at level q over these tests; None when it accepts none. A
+    p-value of 0 (a noiseless series that moved) is the strongest evidence there is, and is accepted."""
     ordered = sorted(pvalues.values())
     m = len(ordered)
-    cut = 0.0
+    cut = None
     for k, p in enumerate(ordered, start=1):
         if p <= q * k / m:
             cut = p
@@ -263,10 +264,94 @@ def flag_changes(series: Mapping[Hashable, tuple[Sequence[float | None], Metric]
     pvalues = {key: min(1.0, min(c.p for c in changes) * len(changes)) if changes else 1.0
                for key, changes in candidates.items()}
     cut = benjamini_hochberg(pvalues, q)
-    if cut <= 0:
+    if cut is None:
         return {}
     return {key: [c for c in changes if c.p * len(changes) <= cut]
             for key, changes in candidates.items() if changes and pvalues[key] <= cut}
+
+
+# ---- one change across the matrix ---------------------------------------------------------------------------
+
+MATRIX_MIN = 5
+"""Scenarios with a value on a night and a baseline before it that a matrix-wide change needs."""
+MATRIX_TIE = 1e-9
+"""|log change| at or below which a scenario did not move that night (a noiseless series repeating its value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixChange:
+    """Most scenarios of the matrix moved the same way on one night: one change, however small each series' own
+    evidence (every step time +15 % on a night of 5 % noise is no change in any one series)."""
+
+    metric: Metric
+    index: int
+    """The night (position in the history) the matrix moved."""
+    worse: int
+    """Scenarios that moved the worse way that night (past MATRIX_TIE)."""
+    better: int
+    scenarios: int
+    """Scenarios judged that night (a value on it and a baseline before it)."""
+    relative: float
+    """Median over those scenarios of the change against each one's baseline (geometric mean)."""
+    p: float
+    """Sign test over the scenarios that moved, Bonferroni-corrected for every night and metric tested."""
+
+
+def _night_moves(values: Sequence[Sequence[float | None]], worse: str, start: int, n: int) -> list[float]:
+    """Each series' oriented log change at night n against its runs since `start` (at most WINDOW, at least
+    MIN_BASELINE of them)."""
+    moves = []
+    for series in values:
+        if n >= len(series) or series[n] is None or math.isnan(series[n]):  # type: ignore[arg-type]
+            continue
+        base = [v for v in series[max(start, n - WINDOW):n] if v is not None and not math.isnan(v)]
+        if len(base) < MIN_BASELINE:
+            continue
+        y = _oriented([*base, series[n]], worse)  # type: ignore[list-item]
+        moves.append(y[-1] - statistics.fmean(y[:-1]))
+    return moves
+
+
+def _sign_p(k: int, n: int) -> float:
+    """P(at least k of n fair coin flips land one way)."""
+    from scipy.stats import binom
+
+    return float(binom.sf(k - 1, n, 0.5)) if n else 1.0
+
+
+def matrix_changes(series: Mapping[Hashable, tuple[Sequence[float | None], Metric]],
+                   q: float = FDR_Q) -> list[MatrixChange]:
+    """Nights on which most scenarios moved the same way past a metric's margin: the median change over every
+    scenario judged that night is past the margin (so more than half of them moved that far) and a sign test over
+    those that moved at all rejects "up and down alike" at q over all nights and metrics tested. After a night
+    that moved the matrix, each series' baseline starts there (as a series' split does)."""
+    by_metric: dict[Metric, list[Sequence[float | None]]] = {}
+    for values, metric in series.values():
+        by_metric.setdefault(metric, []).append(values)
+    nights = max((len(v) for listed in by_metric.values() for v in listed), default=0)
+    tests = max(1, len(by_metric) * max(0, nights - MIN_BASELINE))
+    out = []
+    for metric, values in by_metric.items():
+        margin_log = math.log1p(metric.margin)
+        start, n = 0, MIN_BASELINE
+        while n < nights:
+            moves = _night_moves(values, metric.worse, start, n)
+            if len(moves) < MATRIX_MIN:
+                n += 1
+                continue
+            up = sum(d > MATRIX_TIE for d in moves)
+            down = sum(d < -MATRIX_TIE for d in moves)
+            median = statistics.median(moves)
+            for direction, k in ((1, up), (-1, down)):
+                p = min(1.0, _sign_p(k, up + down) * tests)
+                if direction * median > margin_log and p <= q:
+                    if direction > 0:
+                        out.append(MatrixChange(metric, n, up, down, len(moves), math.expm1(median)
+                                                if metric.worse == "up" else math.expm1(-median), p))
+                    start = n
+                    break
+            n = start + MIN_BASELINE if start == n else n + 1
+    return out
 
 
 def change_points(values: Sequence[float | None], worse: str, margin: float, q: float = FDR_Q) -> list[Change]:

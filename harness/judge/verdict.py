@@ -13,8 +13,10 @@ from typing import Any, Literal
 
 import torch
 
+from parity.harness.config.models import model_shape
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS
+from parity.harness.judge.baseline_step1 import baseline_step1_checks
 from parity.harness.judge.checkpoint import conversion_checks, resume_checks
 from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import TokenDiff, error_ratio, series_rel_diff, token_diff
@@ -76,11 +78,14 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
           baseline: RunRecord | None = None, repeats: Sequence[RunRecord] = (),
           uninterrupted: RunRecord | None = None) -> Verdict:
     """`uninterrupted`: for a `resume` scenario, the same engine's run without the checkpoint in between."""
-    limits = limits_for(scenario.dtype, scenario.tolerance)
+    shape = model_shape(scenario.model)
+    limits = limits_for(scenario.dtype, scenario.tolerance, moe=bool(shape and shape.num_experts))
     if baseline is not None and (problem := baseline_problem(baseline, reference)):
         return Verdict(scenario.id, "ERROR", [f"baseline {scenario.baseline} ({baseline.run_id}) is unusable as a "
                                               f"bar: {problem}"], info=scenario_info(scenario))
     checks, metrics = _candidate_checks(candidate, reference, limits, baseline)
+    if baseline is not None:
+        checks += baseline_step1_checks(candidate, baseline, limits)
     group, metrics["group_grad_norm_rel_max"] = group_checks(candidate, reference, limits)
     metrics["group_grad_norm_rel"] = worst_group_rel_per_step(candidate, reference)
     checks += group + expert_load_checks(candidate, reference, limits)

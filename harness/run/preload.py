@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from parity.harness.config.devices import DEVICE_KINDS
-from parity.harness.config.registry import preload_excludes, preload_modules, spec_for
+from parity.harness.config.registry import REFERENCE, preload_excludes, preload_modules, spec_for
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import EngineSpec
@@ -21,7 +21,9 @@ def planned_here(scenarios: Iterable[Scenario]) -> tuple[list[EngineSpec], list[
     """Engine specs and models of the scenarios that can run here: a skipped MindSpeed row would otherwise keep
     megatron out, and every Megatron rank would import it itself."""
     runnable = [s for s in scenarios if skip_reason(s) is None]
-    specs = list({spec.name: spec for spec in map(spec_for, runnable)}.values())
+    # their references and baselines run on the same server (computed, or recomputed from the cache to recheck it)
+    judged = [REFERENCE] if any(s.reference == "hf_fp32" or s.baseline for s in runnable) else []
+    specs = list({spec.name: spec for spec in [*map(spec_for, runnable), *judged]}.values())
     return specs, list(dict.fromkeys(s.model for s in runnable))
 
 

@@ -80,9 +80,37 @@ def locked(directory: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def get_or_compute(directory: Path, compute: Callable[[Path], RunRecord]) -> RunRecord:
+def differs(stored: RunRecord, again: RunRecord) -> str | None:
+    """Where a recomputed run is not the stored one, bit for bit (tensors, every step's loss, grad norms, expert
+    load and lr); None when it is."""
+    import torch
+
+    if stored.tensors.keys() != again.tensors.keys():
+        return f"tensors {sorted(stored.tensors)} vs {sorted(again.tensors)}"
+    for name, tensor in stored.tensors.items():
+        if not torch.equal(tensor, again.tensors[name]):
+            delta = (tensor.double() - again.tensors[name].double()).abs().max().item() \
+                if tensor.shape == again.tensors[name].shape else "shape"
+            return f"{name} max |Δ| {delta}"
+    fields = ("loss", "grad_norm", "group_grad_norms", "expert_load", "lr")
+    mine = [tuple(getattr(step, f) for f in fields) for step in stored.steps]
+    theirs = [tuple(getattr(step, f) for f in fields) for step in again.steps]
+    for index, (a, b) in enumerate(zip(mine, theirs, strict=False)):
+        if a != b:
+            return f"step {index + 1}: " + ", ".join(f"{f} {x!r} vs {y!r}" for f, x, y in zip(fields, a, b, strict=True)
+                                                     if x != y)
+    return None if len(mine) == len(theirs) else f"{len(mine)} steps vs {len(theirs)}"
+
+
+def remove(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def get_or_compute(directory: Path, compute: Callable[[Path], RunRecord],
+                   unstorable: Callable[[], str | None] = lambda: None) -> RunRecord:
     """The entry at `directory`, computed by `compute(private_dir)` if it is absent or untrustworthy. A failed
-    run is returned, not stored."""
+    run is returned, not stored; nor is one when `unstorable()` gives a reason (the code it ran may not be the code
+    its key names)."""
     record = load(directory)
     if record is not None:
         return record
@@ -93,7 +121,10 @@ def get_or_compute(directory: Path, compute: Callable[[Path], RunRecord]) -> Run
         private = directory.with_name(f".{directory.name}.tmp{os.getpid()}")
         shutil.rmtree(private, ignore_errors=True)
         record = compute(private)
-        if record.ok:
+        why = unstorable() if record.ok else None
+        if why is not None:
+            print(f"parity: warning: {directory.name} not cached: {why}", file=sys.stderr, flush=True)
+        if record.ok and why is None:
             if not (private / RECORD).is_file():  # the record the caller got was not saved there
                 record.save(private)
             sums = {name: sha256(private / name) for name in RECORD_FILES if (private / name).is_file()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from parity.harness.contract.schema import Scenario
+from parity.harness.contract.schema import Fault, Scenario
 
 ROUNDING = "tests.data.rounding_engine:RoundingFSDP2Engine"
 LOGPROBS_ONLY = "tests.data.rounding_engine:RoundedLogprobsFSDP2Engine"
@@ -39,3 +39,20 @@ def test_fp32_compute_with_outputs_rounded_to_bf16_fails(runner, engine, baselin
 def test_the_clean_bf16_twin_passes(runner):
     verdict = runner.run_scenario(bf16())
     assert verdict.status == "PASS", verdict.reasons
+
+
+STEP1_BASELINE = "pre-clip grad norm rel diff to the baseline at step 1"
+
+
+@pytest.mark.parametrize(("fault", "caught_by"), [
+    ({"kind": "grad_scale", "step": 1, "factor": 1.01}, STEP1_BASELINE),
+    ({"kind": "module_grad_scale", "key": "layers.2.input_layernorm", "step": 1, "factor": 1.5},
+     "layer 2 input_layernorm grad norm rel diff to the baseline at step 1"),
+])
+def test_a_small_gradient_defect_fails_against_the_same_recipe_baseline(runner, fault, caught_by):
+    """Against the fp32 reference bf16's own gap hides a 1 % gradient scale and a x1.5 module gradient (both PASSed
+    at 0.27 / 0.33 of their limits); against the baseline that ran the same recipe from the same weights, at step 1,
+    they stand out (benchmarks/bf16_step1_spread.py). The clean twin is test_the_clean_bf16_twin_passes."""
+    verdict = runner.run_scenario(bf16().model_copy(update={"faults": (Fault(**fault),)}))
+    assert verdict.status == "FAIL"
+    assert any(r.startswith(caught_by) for r in verdict.reasons), verdict.reasons

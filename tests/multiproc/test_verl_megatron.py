@@ -1,8 +1,8 @@
 """verl's own Megatron engine under test (engines/verl/megatron.py): the rows of scenarios/verl_megatron.yaml run
 through the three-way bf16 lane, each verl key read back from what verl built; the two verl drops FAIL naming verl's
 file once their `broken` mark is lifted; a planted verl engine that drops one override_transformer_config key FAILs
-naming the key and its clean twin PASSes; the resume row, resumed from verl's own checkpoint, is bit-identical to
-the uninterrupted run, and FAILs the resume check with Adam's moments zeroed at the load (verl's default scheduler
+naming the key and its clean twin PASSes; the resume row, resumed from verl's own checkpoint through Megatron's
+distributed optimizer on torch's AdamW (broken upstream), still FAILs with its mark lifted (verl's default scheduler
 flag: tests/multiproc/test_verl_nightly.py). SKIPs where verl is not installed (its own lane: verl pins
 transformers < 5.11)."""
 
@@ -96,17 +96,13 @@ def test_planted_verl_engine_dropping_one_override_key_fails_naming_it(verl_runn
                              f"override_transformer_config.{DROPPED} requested True, effective False"]
 
 
-def test_resume_from_verls_checkpoint_is_bit_identical_and_fails_with_moments_zeroed(verl_runner) -> None:
-    from parity.harness.contract.schema import Fault
-
-    clean = _row("resume")
-    verdict = verl_runner.run_scenario(clean)
-    assert verdict.status == "PASS", verdict.reasons
-    assert clean.resume_exact  # same layout: judged bit-identical to the uninterrupted run
-    zeroed = verl_runner.run_scenario(clean.model_copy(
-        update={"faults": (Fault(kind="resume_adam_moments_zeroed"),)}))
-    # step 3's loss is the checkpoint's weights', its update is not: the loss after it differs
-    assert zeroed.status == "FAIL"
-    assert any(r.startswith("resume: loss |Δ| to the uninterrupted run at step 4") for r in zeroed.reasons), \
-        zeroed.reasons
+def test_resume_from_verls_checkpoint_still_fails_on_megatrons_torch_adamw_path(verl_runner) -> None:
+    """The resume row, its broken mark lifted: verl's Megatron engine on CPU runs Megatron's DistributedOptimizer on
+    torch's AdamW, unpatched (engines/megatron/cpu_compat.py no longer imitates TE's fused Adam there), whose resume
+    is broken upstream. When Megatron fixes it this test fails: lift the mark in scenarios/verl_megatron.yaml."""
+    row = _row("resume")
+    assert row.broken and "megatron/core/optimizer/distrib_optimizer.py" in row.broken
+    verdict = verl_runner.run_scenario(row.model_copy(update={"broken": None}))
+    assert verdict.status in ("FAIL", "ERROR"), verdict.reasons
+    assert verdict.status == "ERROR" or any(r.startswith("resume:") for r in verdict.reasons), verdict.reasons
 

@@ -20,7 +20,10 @@ def test_verls_default_scheduler_flag_restarts_the_schedule_on_resume(verl_runne
     clean = _row("resume")
     actor_rollout_ref = {k: v for k, v in clean.actor_rollout_ref.items()
                          if k != "actor.optim.use_checkpoint_opt_param_scheduler"}
-    verdict = verl_runner.run_scenario(clean.model_copy(update={"actor_rollout_ref": actor_rollout_ref}))
+    # the row is broken on CPU for Megatron's torch-AdamW resume (scenarios/verl_megatron.yaml); the learning rate
+    # the scheduler sets is judged apart from the optimizer's state, so the scheduler's restart still shows
+    verdict = verl_runner.run_scenario(clean.model_copy(update={"actor_rollout_ref": actor_rollout_ref,
+                                                                "broken": None}))
     assert verdict.status == "FAIL"
     assert any(r.startswith("resume: learning rate |Δ| to the uninterrupted run at step 4") for r in verdict.reasons), \
         verdict.reasons

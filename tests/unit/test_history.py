@@ -129,3 +129,85 @@ def test_the_perf_gate_reads_the_history_as_parity_history_does(tmp_path):
     past = load_history(dirs[::-1])
     assert [row["metrics"]["step_time_s"] for row in past[ID]] == [1.0, 2.0, 3.0]
     assert "tiny-llama/hf/dp1/fp32/cpu" not in past
+# ---- statistics that see a step: noiseless series, a step across the matrix ---------------------------------
+LOGPROB = next(m for m in METRICS if m.key == "logprob_max_abs")
+
+
+def deterministic(level: float, nights: int) -> list[float]:
+    """A CPU error metric: bit-identical run after run (a power of two, so its log's mean is exact too)."""
+    return [level] * nights
+
+
+@pytest.mark.parametrize("moved", [2.0 ** -10, 2.0 ** -18])  # 1000x and 4x: both past the 50 % margin
+def test_a_noiseless_series_that_moves_past_its_margin_is_flagged_alone_and_among_noisy_ones(moved):
+    """p = 0 is the strongest evidence there is: it was read as "nothing accepted" and flagged nothing."""
+    planted = [*deterministic(2.0 ** -20, 10), moved]
+    assert [(c.index, c.p) for c in change_points(planted, "up", LOGPROB.margin)] == [(10, 0.0)]
+    others = {i: (noisy(11, noise=0.03, seed=40 + i), STEP_TIME) for i in range(1, 30)}
+    assert [key for key in flag_changes({0: (planted, LOGPROB), **others})] == [0]
+    quiet = {i: (deterministic(2.0 ** -(20 + i % 3), 11), LOGPROB) for i in range(1, 30)}
+    assert [key for key in flag_changes({0: (planted, LOGPROB), **quiet})] == [0]
+
+
+def test_a_noiseless_series_that_stays_or_moves_within_its_margin_is_not_flagged():
+    assert change_points(deterministic(2.0 ** -20, 11), "up", LOGPROB.margin) == []
+    assert change_points([*deterministic(2.0 ** -20, 10), 2.0 ** -20 * 1.25], "up", LOGPROB.margin) == []
+    assert change_points([*deterministic(2.0 ** -20, 10), 2.0 ** -21], "up", LOGPROB.margin) == []  # better
+
+
+def matrix(nights: int, scenarios: int = 60, noise: float = 0.05, seed: int = 7) -> dict[int, tuple[list, object]]:
+    rng = random.Random(seed)
+    return {i: ([base * math.exp(rng.gauss(0.0, noise)) for _ in range(nights)], STEP_TIME)
+            for i, base in enumerate(rng.uniform(0.05, 2.0) for _ in range(scenarios))}
+
+
+def moved_on(series: dict, night: int, factor, which=None) -> dict:
+    return {key: ([v * (factor(key) if i >= night and (which is None or which(key)) else 1.0)
+                   for i, v in enumerate(values)], metric) for key, (values, metric) in series.items()}
+
+
+def test_a_night_on_which_every_step_time_grows_15_percent_is_one_change_across_the_matrix():
+    """+15 % at 5 % noise: too weak in most series alone, unmistakable across 60 of them."""
+    from parity.harness.judge.drift import matrix_changes
+
+    clean = matrix(14)
+    assert matrix_changes(clean) == []
+    stepped = moved_on(clean, 13, lambda _: 1.15)
+    [change] = matrix_changes(stepped)
+    assert (change.index, change.scenarios) == (13, 60) and change.worse > 50 and 0.10 < change.relative < 0.20
+    assert change.p < 1e-10
+    assert len(flag_changes(stepped)) < 60  # the per-series rule alone misses most of them
+
+
+def test_a_matrix_that_moves_both_ways_or_in_a_few_scenarios_or_not_at_all_is_no_matrix_change():
+    from parity.harness.judge.drift import matrix_changes
+
+    clean = matrix(14)
+    assert matrix_changes(moved_on(clean, 13, lambda key: 1.15 if key % 2 else 1 / 1.15)) == []  # mixed
+    assert matrix_changes(moved_on(clean, 13, lambda _: 1.15, which=lambda key: key < 10)) == []  # a few
+    assert matrix_changes(moved_on(clean, 13, lambda _: 1.03)) == []  # inside the 5 % margin
+    noiseless = {i: (deterministic(2.0 ** -(20 + i % 4), 14), LOGPROB) for i in range(40)}
+    assert matrix_changes(noiseless) == []
+    doubled = moved_on(noiseless, 13, lambda _: 2.0)
+    assert [(c.index, c.worse) for c in matrix_changes(doubled)] == [(13, 40)]
+
+
+def test_parity_history_reports_a_matrix_wide_slowdown_as_one_change(tmp_path, capsys):
+    rng = random.Random(3)
+    ids = [f"tiny-qwen3/fsdp2/dp{i}/fp32/cpu" for i in range(40)]
+    dirs = []
+    for night in range(10):
+        directory = tmp_path / f"night-{night + 1}"
+        for run_id in ids:
+            row = result(run_id)
+            step = 0.1 * math.exp(rng.gauss(0.0, 0.05)) * (1.15 if night == 9 else 1.0)
+            row["metrics"] |= {"step_time_s": step, "tokens_per_s": 100 / step}
+            row["provenance"] = {"started": f"2026-11-{10 + night:02d}T17:00:00+00:00",
+                                 "image": "runner-b" if night == 9 else "runner-a"}
+            results.append(directory, row)
+        dirs.append(directory)
+    assert main(["history", *map(str, dirs)]) == 1
+    out = capsys.readouterr().out
+    assert "slowdown across the matrix: step time +1" in out and "in night-10; changed: image runner-a -> runner-b" \
+        in out
+    assert main(["history", *map(str, dirs[:9])]) == 0  # its clean twin: the nights before

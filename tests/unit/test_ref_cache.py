@@ -76,3 +76,29 @@ def test_two_processes_compute_an_absent_entry_once(tmp_path, monkeypatch, lock)
     if lock:  # the stored entry verifies, and no private directory is left behind
         assert ref_cache.problem(entry) is None and sorted(p.name for p in entry.parent.iterdir()) == [
             ".tiny-qwen3-abc.lock", "tiny-qwen3-abc"]
+
+
+def test_the_cache_key_covers_the_code_that_determines_a_references_numbers():
+    """The tiny-model builder and its weight seed (config/models.py), the rank's seeding (config/devices.py), the
+    reference engine and the workload: found through the imports of the reference's modules, lazy ones too."""
+    from parity.harness.judge.reference import REFERENCE_CODE, source_files
+
+    found = {f"{path.parent.name}/{path.name}" for path in source_files(REFERENCE_CODE)}
+    assert {"config/models.py", "config/devices.py", "hf/engine.py", "hf/common.py", "run/worker.py",
+            "contract/workload.py", "reference/losses.py", "reference/optim.py"} <= found
+    assert "reports/html.py" not in found  # what judges and reports is not what computes
+
+
+def test_the_key_is_taken_from_the_sources_as_the_session_first_read_them(tmp_path):
+    """A file edited after the session read it: the key still names what was read (what the forkserver imported),
+    and changed() names the file, so the runner writes no entry (tests/multiproc/test_ref_cache_run.py)."""
+    from parity.harness.judge.reference import REFERENCE_CODE, Sources, code_hash, source_files
+
+    sources = Sources().snapshot(source_files(REFERENCE_CODE))
+    assert sources.changed() == [] and code_hash(sources=sources) == code_hash()
+    module = tmp_path / "builder.py"
+    module.write_text("SEED = 1\n")
+    first = sources.digest(module)
+    module.write_text("SEED = 2\n")
+    assert sources.digest(module) == first
+    assert sources.changed() == [module]

@@ -1,0 +1,39 @@
+"""Step 1 against the same-recipe baseline (the three-way lane): the candidate's pre-clip grad norm, and each
+module's, against the baseline's. Both start from the same weights and run the same recipe in the same dtype, so
+before any update the two gradients differ by two implementations' rounding alone: a small gradient scale (1 %) or
+one module's gradient scaled (x1.5) stands out there, where against the fp32 reference the dtype's own gap hides it.
+After step 1 the two runs' weights have drifted apart by their updates, so later steps are judged by the ratio
+checks instead."""
+
+from __future__ import annotations
+
+import math
+
+from parity.harness.contract.grad_groups import describe
+from parity.harness.judge.checks import Check
+from parity.harness.judge.compare import rel_diff
+from parity.harness.judge.tolerances import Limits
+from parity.harness.run.records import RunRecord
+
+
+def baseline_step1_checks(candidate: RunRecord, baseline: RunRecord, limits: Limits) -> list[Check]:
+    """The grad-norm check, and the failing module checks (else the worst passing one, to show the margin)."""
+    if not candidate.steps or not baseline.steps:
+        return []
+    cand, base = candidate.steps[0], baseline.steps[0]
+    checks = []
+    if (limit := limits.grad_norm_rel_baseline_step1) is not None:
+        checks.append(Check("pre-clip grad norm rel diff to the baseline", rel_diff(cand.grad_norm, base.grad_norm),
+                            limit, step=1, lane="baseline", note=f"baseline {base.grad_norm:.6g}"))
+    limit = limits.group_grad_norm_rel_baseline_step1
+    if limit is None or cand.group_grad_norms is None or base.group_grad_norms is None:
+        return checks
+    modules = []
+    for group in sorted(set(base.group_grad_norms) | set(cand.group_grad_norms)):
+        c, b = cand.group_grad_norms.get(group, math.nan), base.group_grad_norms.get(group, math.nan)
+        modules.append(Check(f"{describe(group)} grad norm rel diff to the baseline", rel_diff(c, b), limit, step=1,
+                             lane="baseline", note=f"baseline {b:.6g}"))
+    failing = [c for c in modules if not c.passed]
+    if failing:
+        return checks + failing
+    return checks + ([max(modules, key=lambda c: c.observed / c.limit)] if modules else [])

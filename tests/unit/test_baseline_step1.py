@@ -1,0 +1,47 @@
+"""Step 1 against the same-recipe baseline (harness/judge/baseline_step1.py): a 1 % gradient scale and a x1.5
+module gradient FAIL at bf16's limits, dense and MoE alike where the class's spread allows (the rates are
+benchmarks/bf16_step1_spread.py's); the clean twins, within the measured spread, PASS; fp32 has no such check."""
+
+from __future__ import annotations
+
+import pytest
+
+from parity.harness.contract.schema import Tolerance
+from parity.harness.judge.baseline_step1 import baseline_step1_checks
+from parity.harness.judge.tolerances import limits_for
+from parity.harness.run.records import RunRecord, StepRecord
+
+GROUPS = {"embed_tokens": 0.8, "layers.0.mlp.down_proj": 0.3, "layers.1.input_layernorm": 0.02, "lm_head": 1.1}
+
+
+def record(scale: float = 1.0, module: str | None = None, factor: float = 1.0) -> RunRecord:
+    groups = {name: value * scale * (factor if name == module else 1.0) for name, value in GROUPS.items()}
+    norm = sum(v * v for v in groups.values()) ** 0.5
+    return RunRecord("r", "h", "ok", steps=[StepRecord(1, 0.5, norm, 0.1, group_grad_norms=groups),
+                                              StepRecord(2, 0.4, 9.0, 0.1, group_grad_norms=groups)])
+
+
+def failing(candidate: RunRecord, moe: bool = False) -> list[str]:
+    return [c.reason() for c in baseline_step1_checks(candidate, record(), limits_for("bf16", Tolerance(), moe=moe))
+            if not c.passed]
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_the_clean_spread_passes(moe):
+    limits = limits_for("bf16", Tolerance(), moe=moe)
+    assert failing(record(1 + limits.grad_norm_rel_baseline_step1 / 2), moe) == []
+
+
+def test_a_one_percent_gradient_scale_fails_a_dense_row():
+    reasons = failing(record(1.01))
+    assert [r.split(" = ")[0] for r in reasons] == ["pre-clip grad norm rel diff to the baseline at step 1"]
+
+
+def test_a_module_gradient_times_one_and_a_half_fails_naming_the_module():
+    reasons = failing(record(module="layers.0.mlp.down_proj", factor=1.5), moe=True)
+    assert any(r.startswith("layer 0 mlp.down_proj grad norm rel diff to the baseline at step 1") for r in reasons)
+
+
+def test_fp32_and_a_run_without_steps_make_no_such_check():
+    assert baseline_step1_checks(record(1.5), record(), limits_for("fp32", Tolerance())) == []
+    assert baseline_step1_checks(RunRecord("r", "h", "ok"), record(), limits_for("bf16", Tolerance())) == []

@@ -10,6 +10,7 @@ from parity.harness.config.paths import RESULTS
 from parity.reports import html
 from parity.reports.early_figures import EarlyFigures
 from parity.reports.markdown import append_step_summary, render, write_summary
+from parity.reports.provenance import provenance as night_provenance
 from parity.reports.terminal import print_report
 
 
@@ -17,23 +18,26 @@ def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None =
             stream: TextIO | None = None, page: bool = True, trends: dict[str, str] | None = None,
             drift: list[str] | None = None, early: EarlyFigures | None = None,
             history: tuple[Path, ...] = ()) -> Path:
-    """Terminal table, OUT/summary.md, OUT/report.html (unless page=False), and $GITHUB_STEP_SUMMARY when set.
-    `early`: the figures the run drew as its results came; `history`: earlier runs' out dirs (the page says what
-    changed since the latest of them). Returns the summary path."""
+    """Terminal table, OUT/summary.md, OUT/report.html (unless page=False), and $GITHUB_STEP_SUMMARY when set,
+    each opening on what ran and (with `history`, earlier runs' out dirs) what changed since the latest of them.
+    `early`: the figures the run drew as its results came. Returns the summary path."""
     stream = stream or sys.stdout
-    print_report(results, wall_s, stream)
-    text = render(results, wall_s)
+    runs = None
+    if history:
+        from parity.reports.history import load_runs
+
+        runs = load_runs(list(history))
+    provenance = night_provenance(results, runs)
+    print_report(results, wall_s, stream, provenance)
+    text = render(results, wall_s, provenance=provenance)
     path = write_summary(out_dir, text)
     append_step_summary(text)
     where = f"summary: {path}  results: {out_dir / RESULTS}"
     if page:
         figures = early.figures(results) if early is not None else None
-        changes = None
-        if history:
-            from parity.reports.history import changes_since, load_runs
-
-            changes = changes_since(load_runs(list(history)), results)
-        page_html = html.render(results, wall_s, trends=trends, drift=drift, figures=figures, changes=changes)
-        where += f"  report: {html.write(out_dir, page_html)}"
+        side_files: dict[str, bytes] = {}
+        page_html = html.render(results, wall_s, trends=trends, drift=drift, figures=figures, provenance=provenance,
+                                side_files=side_files)
+        where += f"  report: {html.write(out_dir, page_html, side_files)}"
     print(where, file=stream)
     return path

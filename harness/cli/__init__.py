@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dirs", nargs="+")
     report.add_argument("--out", default="parity-report")
     report.add_argument("--html", action="store_true", help="also write OUT/report.html (tables, plots; one file)")
+    report.add_argument("--history", action="append", default=[], metavar="DIR",
+                        help="an earlier run's out dir (repeat for more): the report says what changed since the "
+                             "latest of them (versions, verdicts)")
     report.set_defaults(func=running.cmd_report)
 
     history = sub.add_parser("history", help="trends over earlier runs' out dirs and the changes in them (exit 1 "

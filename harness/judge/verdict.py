@@ -15,6 +15,7 @@ import torch
 
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS
+from parity.harness.judge.causal import causal_reasons
 from parity.harness.judge.checkpoint import conversion_checks, resume_checks
 from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import TokenDiff, error_ratio, series_rel_diff, token_diff
@@ -89,7 +90,7 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
         checks += resume_checks(candidate, uninterrupted, limits, scenario.resume_exact, scenario.resume.after + 1)
     if scenario.convert:
         checks += conversion_checks(candidate, limits)
-    reasons = [c.reason() for c in checks if not c.passed]
+    reasons = causal_reasons(checks, scenario.workload.steps, per_module=group)
     reasons += [f"reference {c.reason()}" for c in lr_checks(reference, scenario.workload, limits)
                 if not c.passed]
     if (taken := candidate.optimizer_steps) is not None and taken != scenario.workload.steps:

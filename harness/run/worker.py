@@ -341,7 +341,21 @@ def _rank_provenance(device: str) -> dict[str, Any]:
 
         name = device_module(device).get_device_name()
     image = os.environ.get("PARITY_IMAGE")  # the container image a CI lane runs in, when it says
-    return {"versions": versions, "device_name": name, "host": socket.gethostname(), "image": image}
+    cann = cann_version() if device == "npu" else None
+    return {"versions": versions, "device_name": name, "host": socket.gethostname(), "image": image,
+            **({"cann": cann} if cann else {})}
+
+
+def cann_version() -> str | None:
+    """The CANN toolkit's version as its install describes it (`version=` in ascend_toolkit_install.info, under
+    ASCEND_TOOLKIT_HOME, which CANN's set_env.sh exports); None where it cannot be read."""
+    home = Path(os.environ.get("ASCEND_TOOLKIT_HOME") or "/usr/local/Ascend/ascend-toolkit/latest")
+    for info in [*sorted(home.glob("*/ascend_toolkit_install.info")), home / "ascend_toolkit_install.info"]:
+        with contextlib.suppress(OSError):
+            for line in info.read_text().splitlines():
+                if line.startswith("version="):
+                    return line.partition("=")[2].strip()
+    return None
 
 
 def die_with_parent(parent: int) -> None:

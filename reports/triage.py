@@ -1,0 +1,57 @@
+"""What every output shows of a row that did not pass, said once: an ERROR's first-dying rank's log tail (trimmed of
+the collective library's reaction to the death) with its log's path, and lists cut with an explicit "… N more"."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+NOISE = re.compile(
+    r"gloo[:/]|ProcessGroup(Gloo|NCCL|HCCL)|Connection (reset|closed) by peer|GLHF|\[c10d\]|c10d::|"
+    r"socket\.cpp|TCPStore|NCCL (WARN|INFO)|HCCL_|watchdog|torch\.distributed\.elastic|"
+    r"Broken pipe|Application timeout caused pair closure", re.IGNORECASE)
+"""Lines a collective library prints when a peer goes away: they describe the death's consequence, never its cause
+(gloo's `Connection reset by peer ... GLHF`, NCCL / HCCL watchdogs, torch.distributed's store and elastic agent)."""
+
+TAIL_LINES = 12
+"""Log lines an ERROR shows after trimming (results.jsonl keeps 30 per log)."""
+REASONS_SHOWN = 8
+"""Reasons the terminal and summary.md list per row before "… N more" (the HTML section lists them all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankLog:
+    path: str
+    """The first-dying rank's log (OUT/records/<slug>/rank<N>.log)."""
+    lines: list[str]
+    """Its last lines, the collective library's noise removed."""
+    trimmed: int
+    """How many noise lines were removed from the tail."""
+
+
+def first_rank_log(result: dict[str, Any], keep: int = TAIL_LINES) -> RankLog | None:
+    """The first log in an ERROR row's stored tail (the launcher puts the first-dying rank's first), trimmed;
+    None when the row stored no tail."""
+    tail = result.get("log_tail") or ""
+    sections = re.split(r"^--- (.+)$", tail, flags=re.MULTILINE)
+    if len(sections) < 3:
+        return None
+    path, body = sections[1].strip(), sections[2]
+    lines = [line for line in body.splitlines() if line.strip()]
+    kept = [line for line in lines if not NOISE.search(line)]
+    return RankLog(path, kept[-keep:], len(lines) - len(kept))
+
+
+def log_lines(result: dict[str, Any]) -> list[str]:
+    """The rank log as text lines for the terminal and markdown: its path, then its trimmed tail."""
+    log = first_rank_log(result)
+    if log is None:
+        return []
+    noise = f" ({log.trimmed} collective-library line(s) left out)" if log.trimmed else ""
+    return [f"log: {log.path}{noise}", *log.lines]
+
+
+def cut(items: list[str], shown: int) -> list[str]:
+    """The first `shown` items, then "… N more" when there are more."""
+    return items if len(items) <= shown else [*items[:shown], f"… {len(items) - shown} more"]

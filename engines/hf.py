@@ -34,6 +34,7 @@ from parity.engines.specs import HF
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
+from parity.harness.contract.fingerprint import Points, hf_points
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.optim_state import torch_optimizer_steps, zero_adam_moments
 from parity.harness.contract.workload import Batch
@@ -88,6 +89,9 @@ class HFEngine(Engine):
         self.computed_dtype = logits.dtype
         labels = batch.response_labels().to(self.ctx.device)
         return logprobs_and_entropy(response_logits(logits, batch.prompt_len), labels)
+
+    def fingerprint_points(self) -> Points:
+        return hf_points(self.model)
 
     @torch.no_grad()
     def forward(self, batch: Batch) -> TokenOutputs:

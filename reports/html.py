@@ -27,7 +27,7 @@ from parity.reports.table import (
     skip_groups,
     summary_line,
 )
-from parity.reports.triage import first_rank_log
+from parity.reports.triage import first_rank_log, where_line
 
 if TYPE_CHECKING:
     from parity.reports.provenance import Provenance
@@ -57,6 +57,7 @@ img { max-width: 100%; }
 #provenance .changed { color: #7d3c98; font-weight: 600; }
 pre.log { background: #fdf2e9; border-left: 3px solid #e67e22; padding: 0.3em 0.6em; margin: 0.2em 0;
   white-space: pre-wrap; font-size: 11px; }
+.where { color: #1a5276; font-weight: 600; }
 .logpath { font-family: monospace; font-size: 11px; }
 section.PASS details summary { font-weight: normal; }
 .reason { color: #a93226; font-family: monospace; }
@@ -177,8 +178,10 @@ def overview(results: list[dict[str, Any]], wall_s: float | None, provenance: Pr
         first = "".join(f'<div class="reason">{html.escape(reason)}</div>' for reason in reasons[:2])
         more = f"<div>… {len(reasons) - 2} more</div>" if len(reasons) > 2 else ""
         log = log_block(by_id[run_id], 4) if verdict == "ERROR" else ""
+        where = where_line(by_id.get(run_id, {}))
+        where = f'<div class="where">{html.escape(where)}</div>' if where else ""
         items.append(f'<li data-verdict="{verdict}"><a href="#{anchor(run_id)}"><b>{verdict}</b> '
-                     f'{html.escape(run_id)}</a>{first}{more}{log}</li>')
+                     f'{html.escape(run_id)}</a>{where}{first}{more}{log}</li>')
     parts.append('<div id="failures"><h2>Not passing</h2>'
                  + (f"<ul>{''.join(items)}</ul>" if items else "<p>nothing: every scenario that ran passed</p>")
                  + "</div>")
@@ -208,7 +211,8 @@ def scenario_section(result: dict[str, Any], trend: str | None = None, figure: s
     reasons = {run_id: why for run_id, _, why in reasons_block([result])}.get(result["id"], [])
     verdict = html.escape(result["verdict"])
     head = f'{verdict} {html.escape(result["id"])}'
-    body = [f'<div class="reason">{html.escape(reason)}</div>' for reason in reasons]
+    body = [f'<div class="where">{html.escape(where)}</div>' for where in [where_line(result)] if where]
+    body += [f'<div class="reason">{html.escape(reason)}</div>' for reason in reasons]
     if result["verdict"] == "ERROR":
         body.append(log_block(result))
     if figure_file is not None:

@@ -22,7 +22,7 @@ from parity.reports.table import (
     skip_groups,
     summary_line,
 )
-from parity.reports.triage import REASONS_SHOWN, cut, log_lines
+from parity.reports.triage import REASONS_SHOWN, cut, log_lines, where_line
 
 if TYPE_CHECKING:
     from parity.reports.provenance import Provenance
@@ -50,6 +50,8 @@ def render(results: list[dict[str, Any]], wall_s: float | None = None, title: st
         lines += ["### Not passing", ""]
         for run_id, verdict, reasons in details:
             lines.append(f"- **{verdict}** `{run_id}`")
+            if where := where_line(by_id[run_id]):
+                lines.append(f"  - **where:** {where}")
             lines += [f"  - {reason}" for reason in cut(reasons, REASONS_SHOWN)]
             if verdict == "ERROR" and (log := log_lines(by_id[run_id])):
                 lines += [f"  - {log[0]}", "", "    ```", *(f"    {line}" for line in log[1:]), "    ```", ""]

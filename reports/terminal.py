@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from parity.reports.table import narrow_table, overhead_line, reasons_block, skip_groups, summary_line
-from parity.reports.triage import REASONS_SHOWN, cut, log_lines
+from parity.reports.triage import REASONS_SHOWN, cut, log_lines, where_line
 
 if TYPE_CHECKING:
     from parity.reports.provenance import Provenance
@@ -37,6 +37,8 @@ def print_report(results: list[dict[str, Any]], wall_s: float | None = None, str
     by_id = {r["id"]: r for r in results}
     for run_id, verdict, reasons in reasons_block(results):
         print(f"{verdict} {run_id}", file=stream)
+        if where := where_line(by_id.get(run_id, {})):
+            print(f"    where: {where}", file=stream)
         for reason in cut(reasons, REASONS_SHOWN):
             print(f"    {reason}", file=stream)
         if verdict == "ERROR":

@@ -52,6 +52,14 @@ def log_lines(result: dict[str, Any]) -> list[str]:
     return [f"log: {log.path}{noise}", *log.lines]
 
 
+def where_line(result: dict[str, Any]) -> str | None:
+    """Where in the model a FAIL first left its reference (harness/judge/fingerprint.py); its first reason, in
+    causal order (harness/judge/causal.py), says at which step."""
+    if result.get("verdict") != "FAIL":
+        return None
+    return ((result.get("metrics") or {}).get("first_divergent") or {}).get("line")
+
+
 def cut(items: list[str], shown: int) -> list[str]:
     """The first `shown` items, then "… N more" when there are more."""
     return items if len(items) <= shown else [*items[:shown], f"… {len(items) - shown} more"]

@@ -21,6 +21,7 @@ from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import TokenDiff, error_ratio, series_rel_diff, token_diff
 from parity.harness.judge.curves import step_ratio_checks
 from parity.harness.judge.distribution import histograms
+from parity.harness.judge.fingerprint import first_divergent
 from parity.harness.judge.groups import group_checks, worst_group_rel_per_step
 from parity.harness.judge.loads import expert_load_checks
 from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
@@ -110,6 +111,8 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
                 "applied_kwargs": candidate.applied_kwargs,
                 "series": step_series(candidate, reference) | schedule_series(candidate, scenario.workload),
                 "logprob_abs_hist": histograms(candidate.tensors, reference.tensors)}
+    if (where := first_divergent(candidate.fingerprint, reference.fingerprint, scenario.dtype)) is not None:
+        metrics["first_divergent"] = where.to_json()
     info = scenario_info(scenario) | {"provenance": candidate.provenance}
     return Verdict(scenario.id, "FAIL" if reasons else "PASS", reasons, metrics, checks, info)
 

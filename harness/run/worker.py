@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -105,14 +106,16 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
 
     expected = tuple(clean.response_mask.shape)
     t0 = time.perf_counter()
-    before = None
+    before = fingerprint = None
     if stage.load_from is not None:
         import torch
 
         engine.load_checkpoint(Path(stage.load_from))
         old_logprobs = torch.load(Path(stage.load_from) / ROLLOUT_FILE)
     else:
-        before = checked_tokens(engine.forward(batch), rank, expected, "forward (before training)")
+        with fingerprinting(engine) as recorder:
+            before = checked_tokens(engine.forward(batch), rank, expected, "forward (before training)")
+        fingerprint = recorder.gather() if recorder is not None else None
         old_logprobs = _broadcast(before.logprobs if before is not None else None, rank)
     devices.synchronize(scenario.device)
     forward_time = time.perf_counter() - t0
@@ -155,9 +158,23 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
             provenance={**job.provenance, **_rank_provenance(scenario.device), "dtype": scenario.dtype,
                         "world_size": world_size, "rank0_cpu_cores": cpus,
                         **engine_provenance},
-            compute_time_s=time.perf_counter() - started, timed_step_times_s=timed)
+            compute_time_s=time.perf_counter() - started, timed_step_times_s=timed, fingerprint=fingerprint)
         record.save(Path(job.record_dir))
     dist.barrier()
+
+
+@contextlib.contextmanager
+def fingerprinting(engine: Any) -> Iterator[Any]:
+    """Hooks on the modules the engine exposes (optional `Engine.fingerprint_points`) for one forward; yields the
+    Recorder, or None when the engine exposes none."""
+    points = getattr(engine, "fingerprint_points", lambda: None)()
+    if points is None:
+        yield None
+        return
+    from parity.harness.contract.fingerprint import Recorder
+
+    with Recorder(points) as recorder:
+        yield recorder
 
 
 def save_and_convert(engine: Any, stage: Stage, old_logprobs: Any, ctx: Any, batch: Any,

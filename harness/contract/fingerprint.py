@@ -120,14 +120,16 @@ class Recorder:
                 self.skipped[name] = f"output {list(out.shape)} does not line up with the batch"
                 return
             mask, sharded = found
-            with torch.no_grad():
-                tokens = out.detach().reshape(mask.numel(), -1)[mask.to(out.device)].double()
+            with torch.no_grad():  # per-token reductions, then the real tokens' (no gather of the output)
+                values = out.detach().reshape(mask.numel(), -1).float()
+                real = mask.to(values.device, torch.float32)
+                per_token = torch.stack([values.sum(-1), (values * values).sum(-1), values.abs().amax(-1)])
+                sums = (per_token[:2].double() * real.double()).sum(-1).tolist()
+                absmax = float((per_token[2] * real).max()) if real.numel() else 0.0
                 # a whole output on every TP rank counts once; a vocabulary split adds its values, not its tokens
                 copies = 1 if sharded or name not in self.points.whole_replicated else self.points.replicas
                 holders = 1 if sharded else self.points.replicas
-                figures = [float(tokens.sum()) / copies, float((tokens * tokens).sum()) / copies,
-                           float(tokens.shape[0]) / holders,
-                           float(tokens.abs().max()) if tokens.numel() else 0.0]
+                figures = [sums[0] / copies, sums[1] / copies, float(real.sum()) / holders, absmax]
             seen = self.stats.get(name)
             self.stats[name] = figures if seen is None else [seen[0] + figures[0], seen[1] + figures[1],
                                                              seen[2] + figures[2], max(seen[3], figures[3])]

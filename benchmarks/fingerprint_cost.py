@@ -26,7 +26,8 @@ from parity.harness.contract.workload import Workload, build_batch
 from parity.harness.judge.fingerprint import REL_LIMIT
 from parity.harness.runner import Runner, RunOptions
 
-ROWS = ({"strategy": "fsdp2", "layout": {"dp": 2}}, {"strategy": "megatron", "layout": {"tp": 2, "sequence_parallel": True}})
+ROWS = ({"strategy": "fsdp2", "layout": {"dp": 2}},
+        {"strategy": "megatron", "layout": {"tp": 2, "sequence_parallel": True}})
 
 
 def forward_seconds(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, repeats: int) -> tuple[float, float]:

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from parity.harness.config.paths import RESULTS
+from parity.harness.config.paths import BISECT, RESULTS
 from parity.reports import html
 from parity.reports.early_figures import EarlyFigures
 from parity.reports.markdown import append_step_summary, render, write_summary
 from parity.reports.provenance import provenance as night_provenance
 from parity.reports.terminal import print_report
+
+
+def with_bisections(results: list[dict[str, Any]], out_dir: Path) -> list[dict[str, Any]]:
+    """Rows with the first bad upstream commit `parity bisect --flipped` found for them (OUT/bisect.json), as
+    `bisect` (its line); the rest as they are."""
+    path = out_dir / BISECT
+    try:
+        found = json.loads(path.read_text()) if path.is_file() else []
+    except ValueError:
+        found = []
+    lines = {b["scenario"]: b["line"] for b in found if isinstance(b, dict) and "scenario" in b and "line" in b}
+    return [r | {"bisect": lines[r["id"]]} if r["id"] in lines else r for r in results]
 
 
 def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None = None,
@@ -22,6 +35,7 @@ def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None =
     each opening on what ran and (with `history`, earlier runs' out dirs) what changed since the latest of them.
     `early`: the figures the run drew as its results came. Returns the summary path."""
     stream = stream or sys.stdout
+    results = with_bisections(results, out_dir)
     runs = None
     if history:
         from parity.reports.history import load_runs

@@ -53,11 +53,13 @@ def log_lines(result: dict[str, Any]) -> list[str]:
 
 
 def where_line(result: dict[str, Any]) -> str | None:
-    """Where in the model a FAIL first left its reference (harness/judge/fingerprint.py); its first reason, in
-    causal order (harness/judge/causal.py), says at which step."""
+    """Where a FAIL first left its reference: in the model (harness/judge/fingerprint.py) and, when `parity bisect`
+    ran for it, in its upstream project's history; its first reason, in causal order (harness/judge/causal.py),
+    says at which step."""
     if result.get("verdict") != "FAIL":
         return None
-    return ((result.get("metrics") or {}).get("first_divergent") or {}).get("line")
+    parts = [((result.get("metrics") or {}).get("first_divergent") or {}).get("line"), result.get("bisect")]
+    return " · ".join(p for p in parts if p) or None
 
 
 def cut(items: list[str], shown: int) -> list[str]:

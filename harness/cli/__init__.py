@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from parity.harness.cli import files, inspecting, running
+from parity.harness.cli import bisecting, files, inspecting, running
 from parity.harness.config import paths
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.selection import DEFAULT_FILES
@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--html", action="store_true", help="also write OUT/report.html with trend charts")
     history.add_argument("--out", default="parity-history")
     history.set_defaults(func=inspecting.cmd_history)
+
+    bisecting.add_parser(sub)
 
     engines = sub.add_parser("engines", help="the engine specs: layout dims, kwargs, devices, requirements here")
     engines.set_defaults(func=inspecting.cmd_engines)

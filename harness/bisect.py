@@ -135,7 +135,7 @@ def environment(project: Project, tree: Path) -> dict[str, str]:
 
 
 def run_at(project: Project, repo: Path, commit: str, files: list[str], run_id: str, work: Path,
-           timeout_s: float) -> Trial:
+           timeout_s: float, cache_dir: Path) -> Trial:
     """The scenario against `commit`: a worktree of it, one `parity run` of the row there, its verdict."""
     tree = work / f"tree-{commit[:12]}"
     out = work / f"out-{commit[:12]}"
@@ -143,7 +143,7 @@ def run_at(project: Project, repo: Path, commit: str, files: list[str], run_id: 
     _git(repo, "worktree", "add", "--detach", "--force", str(tree), commit)
     try:
         done = subprocess.run([sys.executable, "-m", "parity.harness.cli", "run", *files, "-k", run_id, "--out",
-                               str(out), "--cache-dir", str(work / "cache")], env=environment(project, tree),
+                               str(out), "--cache-dir", str(cache_dir)], env=environment(project, tree),
                               capture_output=True, text=True, timeout=timeout_s, check=False)
         rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()] \
             if (out / "results.jsonl").is_file() else []
@@ -161,7 +161,9 @@ def run_at(project: Project, repo: Path, commit: str, files: list[str], run_id: 
 
 
 def bisect(project_name: str, repo: Path, good: str, bad: str, files: list[str], run_id: str,
-           timeout_s: float = 1800, say: Callable[[str], None] = print) -> Bisection:
+           timeout_s: float = 1800, cache_dir: Path = paths.CACHE, say: Callable[[str], None] = print) -> Bisection:
+    """`cache_dir`: the reference cache the trials share (a reference that does not import the project is computed
+    once)."""
     if project_name not in PROJECTS:
         raise ScenarioError(f"--project {project_name}: one of {', '.join(PROJECTS)}")
     project = PROJECTS[project_name]
@@ -169,7 +171,7 @@ def bisect(project_name: str, repo: Path, good: str, bad: str, files: list[str],
     result = Bisection(run_id, project_name, str(repo), good, bad)
     with tempfile.TemporaryDirectory(prefix="parity-bisect-") as tmp:
         def verdict_of(commit: str) -> str:
-            trial = run_at(project, repo, commit, files, run_id, Path(tmp), timeout_s)
+            trial = run_at(project, repo, commit, files, run_id, Path(tmp), timeout_s, cache_dir.resolve())
             result.trials.append(trial)
             say(f"{commit[:10]} {trial.verdict:<5} {trial.subject}" + (f" — {trial.reason}" if trial.reason else ""))
             return trial.verdict

@@ -51,7 +51,7 @@ section { margin: 1.5em 0; border-top: 1px solid #ddd; }
 div.wide { overflow: auto; max-height: 85vh; }
 img.figure { width: 100%; max-width: {FIGPX}px; height: auto; display: block; }
 img { max-width: 100%; }
-#provenance { grid-column: 1 / -1; font-family: monospace; font-size: 12px; background: #f4f6f7;
+#provenance { grid-column: 1; font-family: monospace; font-size: 12px; background: #f4f6f7;
   padding: 0.3em 0.6em; border-radius: 4px; }
 #provenance ul { margin: 0.2em 0; padding-left: 1.2em; }
 #provenance .changed { color: #7d3c98; font-weight: 600; }

@@ -13,6 +13,11 @@ PACKAGES = ("torch", "transformers", "megatron-core", "mindspeed", "verl", "torc
 """The engine packages a reviewer asks about, in the order shown; a package no row recorded is shown as '-'."""
 
 
+SOURCE_TREES = {"verl": "verl", "mindspeed": "mindspeed", "megatron": "megatron-core"}
+"""Provenance key of a package's source tree (engines/verl/source.py, engines/mindspeed_env.py, harness/run/
+worker.source_checkout) -> the package it is shown as."""
+
+
 def _short(commit: str | None) -> str:
     return (commit or "")[:10]
 
@@ -20,11 +25,11 @@ def _short(commit: str | None) -> str:
 def _package_values(provenance: dict[str, Any]) -> dict[str, str]:
     """package -> its version, or version @ commit for a source tree (PARITY_VERL_SRC, a MindSpeed clone)."""
     values = {name: str(v) for name, v in (provenance.get("versions") or {}).items() if v}
-    for name in ("verl", "mindspeed"):  # the engines' own account of the tree they imported
-        tree = provenance.get(name)
+    for key, name in SOURCE_TREES.items():  # the account of the tree a package was imported from
+        tree = provenance.get(key)
         if isinstance(tree, dict) and (tree.get("version") or tree.get("commit")):
-            values[name] = str(tree.get("version") or "?") + (f" @ {_short(tree['commit'])}" if tree.get("commit")
-                                                             else "")
+            version = tree.get("version") or values.get(name) or "?"
+            values[name] = str(version) + (f" @ {_short(tree['commit'])}" if tree.get("commit") else "")
     if provenance.get("cann"):
         values["cann"] = str(provenance["cann"])
     return values

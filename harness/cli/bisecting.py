@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from parity.harness.config import paths
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.selection import scenario_files, select
 from parity.harness.session import EXIT_FAILED, EXIT_OK
@@ -24,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bisect.add_argument("--bad", help="a later commit it FAILs at")
     bisect.add_argument("--out", default="parity-bisect", help="where bisect.json goes (with --flipped: RUN_DIR)")
     bisect.add_argument("--timeout", type=float, default=1800, help="seconds one run of the scenario may take")
+    bisect.add_argument("--cache-dir", default=str(paths.CACHE), help="the reference cache the runs share")
     bisect.add_argument("--flipped", metavar="RUN_DIR",
                         help="bisect every row of RUN_DIR that PASSed in --history and FAILs now while its source "
                              "tree's commit moved; then publish RUN_DIR's report again with the answers")
@@ -35,7 +37,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from parity.harness import bisect
 
     if args.flipped:
-        return _flipped(Path(args.flipped), args.history, args.timeout)
+        return _flipped(Path(args.flipped), args.history, args.timeout, Path(args.cache_dir))
     missing = [f"--{name}" for name in ("project", "repo", "good", "bad") if not getattr(args, name)]
     if missing or not args.k:
         raise ScenarioError(f"parity bisect needs {', '.join(missing + ([] if args.k else ['-k ID']))} "
@@ -43,7 +45,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     files = [str(p) for p in scenario_files(args.files)]
     run_id = _one_row(files, args.k)
     repo = Path(args.repo)
-    result = bisect.bisect(args.project, repo, args.good, args.bad, files, run_id, args.timeout)
+    result = bisect.bisect(args.project, repo, args.good, args.bad, files, run_id, args.timeout, Path(args.cache_dir))
     print(result.line())
     print(f"written: {bisect.write(Path(args.out), [result])}")
     return EXIT_OK if result.first_bad else EXIT_FAILED
@@ -60,9 +62,8 @@ def _one_row(files: list[str], k: str) -> str:
     return rows[0].id
 
 
-def _flipped(run_dir: Path, history: str | None, timeout_s: float) -> int:
+def _flipped(run_dir: Path, history: str | None, timeout_s: float, cache_dir: Path) -> int:
     from parity.harness import bisect
-    from parity.harness.config import paths
     from parity.reports import results as results_file
     from parity.reports.publish import publish
 
@@ -79,7 +80,8 @@ def _flipped(run_dir: Path, history: str | None, timeout_s: float) -> int:
             print(f"{row['id']}: no scenario file recorded, not bisected")
             continue
         print(f"bisecting {row['id']} over {project.name} {good[:10]}..{bad[:10]} in {tree}")
-        answers.append(bisect.bisect(project.name, Path(tree), good, bad, [str(source)], row["id"], timeout_s))
+        answers.append(bisect.bisect(project.name, Path(tree), good, bad, [str(source)], row["id"], timeout_s,
+                                     cache_dir))
         print(answers[-1].line())
     bisect.write(run_dir, answers)
     publish(run_dir, current, history=(Path(history),))

@@ -359,8 +359,31 @@ def _rank_provenance(device: str) -> dict[str, Any]:
         name = device_module(device).get_device_name()
     image = os.environ.get("PARITY_IMAGE")  # the container image a CI lane runs in, when it says
     cann = cann_version() if device == "npu" else None
+    megatron = source_checkout("megatron.core")
     return {"versions": versions, "device_name": name, "host": socket.gethostname(), "image": image,
-            **({"cann": cann} if cann else {})}
+            **({"cann": cann} if cann else {}), **({"megatron": megatron} if megatron else {})}
+
+
+def source_checkout(module: str) -> dict[str, str] | None:
+    """The git checkout a module is imported from (Megatron-LM on PYTHONPATH, as `parity bisect` runs it): its
+    tree and commit; None for an installed package or a tree outside git."""
+    import importlib.util
+    import subprocess
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    where = spec and (spec.origin or next(iter(spec.submodule_search_locations or []), None))
+    if not where or "site-packages" in Path(where).parts:
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(Path(where).parent), "rev-parse", "--show-toplevel", "HEAD"],
+                              capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.split()
+    return {"tree": lines[0], "commit": lines[1]} if done.returncode == 0 and len(lines) == 2 else None
 
 
 def cann_version() -> str | None:

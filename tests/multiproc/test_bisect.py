@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from parity.reports import results as results_file
 from tests.conftest import REPO, run_cli
 
 pytestmark = pytest.mark.multiprocess
@@ -57,16 +58,34 @@ def megatron_clone(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return repo, commits
 
 
-def test_bisect_names_the_commit_that_broke_the_scenario(megatron_clone, tmp_path):
+def _night(directory: Path, verdict: str, tree: Path, commit: str, started: str) -> None:
+    """A night's results.jsonl with the row as a run against the Megatron-LM tree at `commit` records it."""
+    provenance = {"harness_commit": "abc1234", "started": started, "versions": {"megatron-core": "0.16.1"},
+                  "megatron": {"tree": str(tree), "commit": commit}}
+    results_file.append(directory, {"id": ROW, "verdict": verdict, "source": str(REPO / "scenarios" / "cpu.yaml"),
+                                    "reasons": [] if verdict == "PASS" else ["log-prob before training max |Δ|"],
+                                    "provenance": provenance})
+
+
+def test_a_flipped_row_is_bisected_to_the_commit_that_broke_it_and_the_report_names_it(megatron_clone, tmp_path,
+                                                                                         cache_dir):
+    """The nightly's use (ci/nightly.sh): the row PASSed last night at `good` and FAILs tonight at `bad`; the
+    bisection runs the scenario against the commits between (the regression: FAIL, the README commit: PASS) and
+    names the regression in tonight's report."""
     repo, commits = megatron_clone
-    done = run_cli("bisect", "scenarios/cpu.yaml", "-k", ROW, "--project", "megatron", "--repo", str(repo),
-                   "--good", commits["good"], "--bad", commits["bad"], "--out", str(tmp_path), timeout=900)
+    _night(tmp_path / "prev", "PASS", repo, commits["good"], "2026-12-02T02:00:00+00:00")
+    _night(tmp_path / "now", "FAIL", repo, commits["bad"], "2026-12-03T02:00:00+00:00")
+    done = run_cli("bisect", "--flipped", str(tmp_path / "now"), "--history", str(tmp_path / "prev"), "--cache-dir",
+                   str(cache_dir), timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
-    [answer] = json.loads((tmp_path / "bisect.json").read_text())
+    [answer] = json.loads((tmp_path / "now" / "bisect.json").read_text())
     assert answer["first_bad"] == commits["regression"], answer
     verdicts = {t["commit"]: t["verdict"] for t in answer["trials"]}
     assert verdicts == {commits["regression"]: "FAIL", commits["readme"]: "PASS"}, verdicts
-    assert f"first bad megatron commit for {ROW}: {commits['regression'][:10]}" in done.stdout
+    line = f"first bad megatron commit for {ROW}: {commits['regression'][:10]} rope: fold the scaling into inv_freq"
+    assert line in done.stdout
+    for page in ("summary.md", "report.html"):
+        assert line in (tmp_path / "now" / page).read_text(), page
 
 
 def test_bad_input_is_named_with_exit_2(megatron_clone, tmp_path):

@@ -20,14 +20,19 @@ from pathlib import Path
 import torch
 
 from parity.harness.config.models import ensure_checkpoint, model_shape
+from parity.harness.config.selection import select
 from parity.harness.contract.fingerprint import Recorder, hf_points
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.workload import Workload, build_batch
 from parity.harness.judge.fingerprint import REL_LIMIT
 from parity.harness.runner import Runner, RunOptions
 
-ROWS = ({"strategy": "fsdp2", "layout": {"dp": 2}},
-        {"strategy": "megatron", "layout": {"tp": 2, "sequence_parallel": True}})
+ROWS = "fp32/cpu and not + and (/dp2/ or /tp2-sp/)"
+"""The default matrix's clean data- and sequence-parallel fp32 rows (of --models): their time is what the
+fingerprint is a share of."""
+
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def forward_seconds(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, repeats: int) -> tuple[float, float]:
@@ -51,6 +56,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="tiny-qwen3,tiny-qwen3-moe")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("-k", default=ROWS, help="rows of scenarios/cpu.yaml to time (of --models)")
     parser.add_argument("--planted", action="store_true", help="also run every planted fault (a few minutes)")
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM
@@ -64,8 +70,9 @@ def main() -> int:
             model = AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32).eval()
             batch = build_batch(Workload(), model_shape(name).vocab_size)
             plain, hooked = forward_seconds(model, batch.input_ids, batch.attention_mask, args.repeats)
-            for row in ROWS:
-                scenario = Scenario(model=name, device="cpu", timeout=300, **row)
+            for scenario in select([REPO / "scenarios" / "cpu.yaml"], args.k, None):
+                if scenario.model != name:
+                    continue
                 verdict = runner.run_scenario(scenario)
                 record_time = verdict.metrics.get("compute_time_s") or float("nan")
                 share = (hooked - plain) / record_time
@@ -76,7 +83,7 @@ def main() -> int:
         print(f"clean rows are judged against the limit {REL_LIMIT['fp32']:.0e} (fp32); lines above")
         print(f"worst fingerprint share of a row: {worst_share:.2%} (goal <= 5%)")
         if args.planted:
-            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests/data
+            sys.path.insert(0, str(REPO))  # tests/data
             from tests.data.planted_modules import ALL
 
             named = 0

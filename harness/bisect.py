@@ -44,7 +44,7 @@ class Project:
 
 PROJECTS = {"verl": Project("verl", "PARITY_VERL_SRC", False, "verl"),
             "mindspeed": Project("mindspeed", "PARITY_MINDSPEED_SRC", True, "mindspeed"),
-            "megatron": Project("megatron", None, True, "megatron")}
+            "megatron-lm": Project("megatron-lm", None, True, "megatron_lm")}
 
 
 @dataclass(frozen=True, slots=True)

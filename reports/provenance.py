@@ -13,7 +13,7 @@ PACKAGES = ("torch", "transformers", "megatron-core", "mindspeed", "verl", "torc
 """The engine packages a reviewer asks about, in the order shown; a package no row recorded is shown as '-'."""
 
 
-SOURCE_TREES = {"verl": "verl", "mindspeed": "mindspeed", "megatron": "megatron-core"}
+SOURCE_TREES = {"verl": "verl", "mindspeed": "mindspeed", "megatron_lm": "megatron-core"}
 """Provenance key of a package's source tree (engines/verl/source.py, engines/mindspeed_env.py, harness/run/
 worker.source_checkout) -> the package it is shown as."""
 

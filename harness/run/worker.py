@@ -359,9 +359,9 @@ def _rank_provenance(device: str) -> dict[str, Any]:
         name = device_module(device).get_device_name()
     image = os.environ.get("PARITY_IMAGE")  # the container image a CI lane runs in, when it says
     cann = cann_version() if device == "npu" else None
-    megatron = source_checkout("megatron.core")
+    megatron_lm = source_checkout("megatron.core")
     return {"versions": versions, "device_name": name, "host": socket.gethostname(), "image": image,
-            **({"cann": cann} if cann else {}), **({"megatron": megatron} if megatron else {})}
+            **({"cann": cann} if cann else {}), **({"megatron_lm": megatron_lm} if megatron_lm else {})}
 
 
 def source_checkout(module: str) -> dict[str, str] | None:

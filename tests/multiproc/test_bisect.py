@@ -61,7 +61,7 @@ def megatron_clone(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 def _night(directory: Path, verdict: str, tree: Path, commit: str, started: str) -> None:
     """A night's results.jsonl with the row as a run against the Megatron-LM tree at `commit` records it."""
     provenance = {"harness_commit": "abc1234", "started": started, "versions": {"megatron-core": "0.16.1"},
-                  "megatron": {"tree": str(tree), "commit": commit}}
+                  "megatron_lm": {"tree": str(tree), "commit": commit}}
     results_file.append(directory, {"id": ROW, "verdict": verdict, "source": str(REPO / "scenarios" / "cpu.yaml"),
                                     "reasons": [] if verdict == "PASS" else ["log-prob before training max |Δ|"],
                                     "provenance": provenance})
@@ -82,7 +82,7 @@ def test_a_flipped_row_is_bisected_to_the_commit_that_broke_it_and_the_report_na
     assert answer["first_bad"] == commits["regression"], answer
     verdicts = {t["commit"]: t["verdict"] for t in answer["trials"]}
     assert verdicts == {commits["regression"]: "FAIL", commits["readme"]: "PASS"}, verdicts
-    line = f"first bad megatron commit for {ROW}: {commits['regression'][:10]} rope: fold the scaling into inv_freq"
+    line = f"first bad megatron-lm commit for {ROW}: {commits['regression'][:10]} rope: fold the scaling into inv_freq"
     assert line in done.stdout
     for page in ("summary.md", "report.html"):
         assert line in (tmp_path / "now" / page).read_text(), page
@@ -90,9 +90,9 @@ def test_a_flipped_row_is_bisected_to_the_commit_that_broke_it_and_the_report_na
 
 def test_bad_input_is_named_with_exit_2(megatron_clone, tmp_path):
     repo, commits = megatron_clone
-    done = run_cli("bisect", "scenarios/cpu.yaml", "-k", ROW, "--project", "megatron", "--repo", str(repo),
+    done = run_cli("bisect", "scenarios/cpu.yaml", "-k", ROW, "--project", "megatron-lm", "--repo", str(repo),
                    "--good", commits["bad"], "--bad", commits["good"], "--out", str(tmp_path))
     assert done.returncode == 2 and "is not an ancestor" in done.stderr, done.stderr
-    done = run_cli("bisect", "scenarios/cpu.yaml", "-k", "tiny-qwen3", "--project", "megatron", "--repo", str(repo),
+    done = run_cli("bisect", "scenarios/cpu.yaml", "-k", "tiny-qwen3", "--project", "megatron-lm", "--repo", str(repo),
                    "--good", commits["good"], "--bad", commits["bad"], "--out", str(tmp_path))
     assert done.returncode == 2 and "bisect needs one" in done.stderr, done.stderr

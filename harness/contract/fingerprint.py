@@ -109,31 +109,39 @@ class Recorder:
 
     def _hook(self, name: str, index: int) -> Any:
         def hook(module: Any, args: Any, output: Any) -> None:
-            out = _tensor(output, index)
-            if out is None:
-                self.skipped[name] = f"output {type(output).__name__} has no tensor at {index}"
-                return
-            if hasattr(out, "to_local"):  # a DTensor: this rank's piece
-                out = out.to_local()
-            found = self._token_mask(out)
-            if found is None:
-                self.skipped[name] = f"output {list(out.shape)} does not line up with the batch"
-                return
-            mask, sharded = found
-            with torch.no_grad():  # per-token reductions, then the real tokens' (no gather of the output)
-                values = out.detach().reshape(mask.numel(), -1).float()
-                real = mask.to(values.device, torch.float32)
-                per_token = torch.stack([values.sum(-1), (values * values).sum(-1), values.abs().amax(-1)])
-                sums = (per_token[:2].double() * real.double()).sum(-1).tolist()
-                absmax = float((per_token[2] * real).max()) if real.numel() else 0.0
-                # a whole output on every TP rank counts once; a vocabulary split adds its values, not its tokens
-                copies = 1 if sharded or name not in self.points.whole_replicated else self.points.replicas
-                holders = 1 if sharded else self.points.replicas
-                figures = [sums[0] / copies, sums[1] / copies, float(real.sum()) / holders, absmax]
-            seen = self.stats.get(name)
-            self.stats[name] = figures if seen is None else [seen[0] + figures[0], seen[1] + figures[1],
-                                                             seen[2] + figures[2], max(seen[3], figures[3])]
+            try:
+                self._take(name, index, output)
+            except Exception as exc:  # a diagnostic never breaks the forward it watches
+                self.skipped[name] = f"{type(exc).__name__}: {exc}"
         return hook
+
+    def _take(self, name: str, index: int, output: Any) -> None:
+        if name in self.skipped:  # one call that could not be read leaves the module out
+            return
+        out = _tensor(output, index)
+        if out is None:
+            self.skipped[name] = f"output {type(output).__name__} has no tensor at {index}"
+            return
+        if hasattr(out, "to_local"):  # a DTensor: this rank's piece
+            out = out.to_local()
+        found = self._token_mask(out)
+        if found is None:
+            self.skipped[name] = f"output {list(out.shape)} does not line up with the batch"
+            return
+        mask, sharded = found
+        with torch.no_grad():  # per-token reductions, then the real tokens' (no gather of the output)
+            values = out.detach().reshape(mask.numel(), -1).float()
+            real = mask.to(values.device, torch.float32)
+            per_token = torch.stack([values.sum(-1), (values * values).sum(-1), values.abs().amax(-1)])
+            sums = (per_token[:2].double() * real.double()).sum(-1).tolist()
+            absmax = float((per_token[2] * real).max()) if real.numel() else 0.0
+            # a whole output on every TP rank counts once; a vocabulary split adds its values, not its tokens
+            copies = 1 if sharded or name not in self.points.whole_replicated else self.points.replicas
+            holders = 1 if sharded else self.points.replicas
+            figures = [sums[0] / copies, sums[1] / copies, float(real.sum()) / holders, absmax]
+        seen = self.stats.get(name)
+        self.stats[name] = figures if seen is None else [seen[0] + figures[0], seen[1] + figures[1],
+                                                         seen[2] + figures[2], max(seen[3], figures[3])]
 
     def gather(self) -> dict[str, Any] | None:
         """Every rank's figures merged (a collective: every rank calls it); rank 0 gets {'modules': {name:
@@ -159,9 +167,9 @@ def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
             modules[name] = [s, sq, n, mx] if seen is None else [seen[0] + s, seen[1] + sq, seen[2] + n,
                                                                 max(seen[3], mx)]
         skipped |= part["skipped"]
-    names = sorted(set(modules) | set(skipped), key=order_key)
-    return {"modules": {n: dict(zip(STATS, modules[n], strict=True)) for n in names if n in modules},
-            "skipped": {n: why for n, why in skipped.items() if n not in modules}, "order": names}
+    names = sorted(set(modules) | set(skipped), key=order_key)  # a module some call could not read: left out whole
+    return {"modules": {n: dict(zip(STATS, modules[n], strict=True)) for n in names if n not in skipped},
+            "skipped": skipped, "order": names}
 
 
 PHASE_ORDER = {"attention": 0, "router": 1, "mlp": 2, "output": 3}

@@ -167,7 +167,12 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
 def fingerprinting(engine: Any) -> Iterator[Any]:
     """Hooks on the modules the engine exposes (optional `Engine.fingerprint_points`) for one forward; yields the
     Recorder, or None when the engine exposes none."""
-    points = getattr(engine, "fingerprint_points", lambda: None)()
+    try:
+        points = getattr(engine, "fingerprint_points", lambda: None)()
+    except Exception as exc:  # a diagnostic: it never fails the run (every rank fails alike: none gathers)
+        print(f"fingerprint not taken: Engine.fingerprint_points raised {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        points = None
     if points is None:
         yield None
         return

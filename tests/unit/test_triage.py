@@ -178,3 +178,15 @@ def test_bisect_json_reaches_the_row(tmp_path):
     (tmp_path / "bisect.json").write_text(json.dumps([{"scenario": "a/b", "line": "first bad verl commit: 77e0f1d"}]))
     rows = with_bisections([{"id": "a/b", "verdict": "FAIL"}, {"id": "c", "verdict": "PASS"}], tmp_path)
     assert rows[0]["bisect"] == "first bad verl commit: 77e0f1d" and "bisect" not in rows[1]
+
+
+def test_a_resumed_run_marks_its_resume_step_and_its_twin_does_not():
+    from parity.reports import plots
+
+    row = result("tiny-qwen3/fsdp2/dp2/fp32/cpu+resume")
+    plots.scenario_figure(row | {"provenance": {"resumed": {"after_step": 2}}})
+    marked = [line.get_label() for ax in plots._canvas.axes[:4] for line in ax.lines]
+    assert marked.count("resumed after step 2") == 4
+    assert plots.scenario_figure(row | {"provenance": {"resumed": {"after_step": 2}}}) != plots.scenario_figure(row)
+    assert not any("resumed" in line.get_label() for ax in plots._canvas.axes for line in ax.lines)
+    assert plots.DPI >= 144  # twice the CSS pixels the page shows it at

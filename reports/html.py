@@ -155,8 +155,10 @@ def log_block(result: dict[str, Any], lines: int | None = None) -> str:
         return ""
     shown = log.lines if lines is None else log.lines[-lines:]
     noise = f" ({log.trimmed} collective-library line(s) left out)" if log.trimmed else ""
-    return (f'<div class="logpath">log: {html.escape(log.path)}{html.escape(noise)}</div>'
-            f'<pre class="log">{html.escape(chr(10).join(shown))}</pre>')
+    empty = "" if shown else " (nothing in it: the rank died without a word)"
+    text = f'<pre class="log">{html.escape(chr(10).join(shown))}</pre>' if shown else ""
+    return f'<div class="logpath">log: {html.escape(log.path)}{html.escape(noise + empty)}</div>{text}'
+
 
 
 def overview(results: list[dict[str, Any]], wall_s: float | None, provenance: Provenance | None = None) -> str:

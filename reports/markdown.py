@@ -54,7 +54,9 @@ def render(results: list[dict[str, Any]], wall_s: float | None = None, title: st
                 lines.append(f"  - **where:** {where}")
             lines += [f"  - {reason}" for reason in cut(reasons, REASONS_SHOWN)]
             if verdict == "ERROR" and (log := log_lines(by_id[run_id])):
-                lines += [f"  - {log[0]}", "", "    ```", *(f"    {line}" for line in log[1:]), "    ```", ""]
+                lines.append(f"  - {log[0]}")
+                if log[1:]:
+                    lines += ["", "    ```", *(f"    {line}" for line in log[1:]), "    ```", ""]
         lines.append("")
     if skipped := skip_groups(results):
         lines += ["### Skipped", ""]

@@ -7,12 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-NOISE = re.compile(
-    r"gloo[:/]|ProcessGroup(Gloo|NCCL|HCCL)|Connection (reset|closed) by peer|GLHF|\[c10d\]|c10d::|"
-    r"socket\.cpp|TCPStore|NCCL (WARN|INFO)|HCCL_|watchdog|torch\.distributed\.elastic|"
-    r"Broken pipe|Application timeout caused pair closure", re.IGNORECASE)
-"""Lines a collective library prints when a peer goes away: they describe the death's consequence, never its cause
-(gloo's `Connection reset by peer ... GLHF`, NCCL / HCCL watchdogs, torch.distributed's store and elastic agent)."""
+from parity.harness.run.deaths import COLLECTIVE_NOISE
+
+NOISE = COLLECTIVE_NOISE
 
 TAIL_LINES = 12
 """Log lines an ERROR shows after trimming (results.jsonl keeps 30 per log)."""
@@ -49,7 +46,8 @@ def log_lines(result: dict[str, Any]) -> list[str]:
     if log is None:
         return []
     noise = f" ({log.trimmed} collective-library line(s) left out)" if log.trimmed else ""
-    return [f"log: {log.path}{noise}", *log.lines]
+    empty = "" if log.lines else " (nothing in it: the rank died without a word)"
+    return [f"log: {log.path}{noise}{empty}", *log.lines]
 
 
 def where_line(result: dict[str, Any]) -> str | None:

@@ -20,11 +20,13 @@ from pathlib import Path
 import torch
 
 from parity.harness.config.models import ensure_checkpoint, model_shape
+from parity.harness.config.paths import record_dir
 from parity.harness.config.selection import select
 from parity.harness.contract.fingerprint import Recorder, hf_points
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.workload import Workload, build_batch
-from parity.harness.judge.fingerprint import REL_LIMIT
+from parity.harness.judge.fingerprint import REL_LIMIT, module_rel
+from parity.harness.run.records import RunRecord
 from parity.harness.runner import Runner, RunOptions
 
 ROWS = "fp32/cpu and not + and (/dp2/ or /tp2-sp/)"
@@ -33,6 +35,17 @@ fingerprint is a share of."""
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def clean_worst(runner: Runner, scenario: Scenario) -> float:
+    """The largest per-module move of a run against its reference (what REL_LIMIT must stay above)."""
+    candidate = RunRecord.load(record_dir(runner.options.out_dir, scenario.id))
+    reference = runner._reference(scenario)
+    if not candidate.fingerprint or not reference.fingerprint:
+        return float("nan")
+    ref = reference.fingerprint["modules"]
+    return max(module_rel(stats, ref[name]) for name, stats in candidate.fingerprint["modules"].items()
+               if name in ref)
 
 
 def forward_seconds(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, repeats: int) -> tuple[float, float]:
@@ -77,9 +90,10 @@ def main() -> int:
                 record_time = verdict.metrics.get("compute_time_s") or float("nan")
                 share = (hooked - plain) / record_time
                 worst_share = max(worst_share, share)
-                where = verdict.metrics.get("first_divergent") or {}
+                worst = clean_worst(runner, scenario)
                 print(f"{scenario.id:<40} forward {plain * 1e3:7.2f} ms, hooked {hooked * 1e3:7.2f} ms; row compute "
-                      f"{record_time:6.2f} s; fingerprint share {share:.2%}; {verdict.status}: {where.get('line')}")
+                      f"{record_time:6.2f} s; fingerprint share {share:.2%}; {verdict.status}; worst module rel "
+                      f"{worst:.2e} (limit {REL_LIMIT[scenario.dtype]:.0e})")
         print(f"clean rows are judged against the limit {REL_LIMIT['fp32']:.0e} (fp32); lines above")
         print(f"worst fingerprint share of a row: {worst_share:.2%} (goal <= 5%)")
         if args.planted:

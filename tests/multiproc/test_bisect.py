@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from parity.reports import results as results_file
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.multiprocess
-ROW = "tiny-qwen3/megatron/tp2/fp32/cpu"
+ROW = "tiny-qwen3/megatron/single/fp32/cpu"
+"""One rank: each trial is a fresh `parity run` (its own interpreter, forkserver and Megatron import)."""
 ROPE = "megatron/core/models/common/embeddings/rotary_pos_embedding.py"
 
 
@@ -58,23 +59,30 @@ def megatron_clone(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return repo, commits
 
 
-def _night(directory: Path, verdict: str, tree: Path, commit: str, started: str) -> None:
+@pytest.fixture(scope="module")
+def scenario_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("scenarios") / "bisect.yaml"
+    path.write_text("matrix:\n  - {model: tiny-qwen3, strategy: megatron, device: cpu, timeout: 300}\n")
+    return path
+
+
+def _night(directory: Path, verdict: str, tree: Path, commit: str, started: str, source: Path) -> None:
     """A night's results.jsonl with the row as a run against the Megatron-LM tree at `commit` records it."""
     provenance = {"harness_commit": "abc1234", "started": started, "versions": {"megatron-core": "0.16.1"},
                   "megatron_lm": {"tree": str(tree), "commit": commit}}
-    results_file.append(directory, {"id": ROW, "verdict": verdict, "source": str(REPO / "scenarios" / "cpu.yaml"),
+    results_file.append(directory, {"id": ROW, "verdict": verdict, "source": str(source),
                                     "reasons": [] if verdict == "PASS" else ["log-prob before training max |Δ|"],
                                     "provenance": provenance})
 
 
 def test_a_flipped_row_is_bisected_to_the_commit_that_broke_it_and_the_report_names_it(megatron_clone, tmp_path,
-                                                                                         cache_dir):
+                                                                                         cache_dir, scenario_file):
     """The nightly's use (ci/nightly.sh): the row PASSed last night at `good` and FAILs tonight at `bad`; the
     bisection runs the scenario against the commits between (the regression: FAIL, the README commit: PASS) and
     names the regression in tonight's report."""
     repo, commits = megatron_clone
-    _night(tmp_path / "prev", "PASS", repo, commits["good"], "2026-12-02T02:00:00+00:00")
-    _night(tmp_path / "now", "FAIL", repo, commits["bad"], "2026-12-03T02:00:00+00:00")
+    _night(tmp_path / "prev", "PASS", repo, commits["good"], "2026-12-02T02:00:00+00:00", scenario_file)
+    _night(tmp_path / "now", "FAIL", repo, commits["bad"], "2026-12-03T02:00:00+00:00", scenario_file)
     done = run_cli("bisect", "--flipped", str(tmp_path / "now"), "--history", str(tmp_path / "prev"), "--cache-dir",
                    str(cache_dir), timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -88,9 +96,9 @@ def test_a_flipped_row_is_bisected_to_the_commit_that_broke_it_and_the_report_na
         assert line in (tmp_path / "now" / page).read_text(), page
 
 
-def test_bad_input_is_named_with_exit_2(megatron_clone, tmp_path):
+def test_bad_input_is_named_with_exit_2(megatron_clone, tmp_path, scenario_file):
     repo, commits = megatron_clone
-    done = run_cli("bisect", "scenarios/cpu.yaml", "-k", ROW, "--project", "megatron-lm", "--repo", str(repo),
+    done = run_cli("bisect", str(scenario_file), "-k", ROW, "--project", "megatron-lm", "--repo", str(repo),
                    "--good", commits["bad"], "--bad", commits["good"], "--out", str(tmp_path))
     assert done.returncode == 2 and "is not an ancestor" in done.stderr, done.stderr
     done = run_cli("bisect", "scenarios/cpu.yaml", "-k", "tiny-qwen3", "--project", "megatron-lm", "--repo", str(repo),

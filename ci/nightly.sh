@@ -21,6 +21,8 @@
 #                                "ci/constraints-verl.txt -e .[dev,verl]"
 #              PARITY_REQUIRE    1: every row the lane selects must run (--parity-require FILE), a SKIP other than
 #                                `broken:` is an ERROR (default: 1 on npu, 0 on cpu)
+#              PARITY_PREVIOUS_OUT the previous night's out dir of this lane (optional): rows that flipped PASS -> FAIL
+#                                while their upstream source tree moved are bisected (`parity bisect --flipped`)
 #              PARITY_WHEELHOUSE npu: the wheelhouse the lane installs from, with no package index (default:
 #                                wheelhouse/, the workflow's parity-wheelhouse artifact built by ci/wheelhouse.sh)
 # On npu (and where PARITY_REQUIRE=1) every row the lane selects must run (--parity-require FILE): a row that would
@@ -154,6 +156,14 @@ else
     parity report "${shards[@]}" --out "$out" || report_rc=$?
     if [ "$report_rc" -gt 1 ]; then fail "merging the shards' results failed (parity report exit $report_rc)"; fi
   fi
+fi
+
+# A row run against an upstream source tree (PARITY_VERL_SRC, a MindSpeed or Megatron-LM clone) that flipped
+# PASS -> FAIL since the previous night (PARITY_PREVIOUS_OUT: that night's out dir of this lane) is bisected over the
+# tree's commits between the two nights; the first bad commit goes into this lane's report (harness/bisect.py).
+if [ -n "${PARITY_PREVIOUS_OUT:-}" ] && [ -f "$out/results.jsonl" ]; then
+  parity bisect --flipped "$out" --history "$PARITY_PREVIOUS_OUT" ||
+    echo "::warning title=nightly lane $lane::parity bisect --flipped failed (the report has no first bad commit)"
 fi
 
 if [ "$rc" -eq 5 ]; then

@@ -201,9 +201,11 @@ class ScenarioItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ParityFailure):
             verdict = excinfo.value.verdict
+            from parity.reports.triage import log_lines
+
             lines = [f"{verdict.status} {verdict.id}", *(f"  {r}" for r in verdict.reasons)]
-            if tail := verdict.info.get("log_tail"):
-                lines += ["  log tail:", *(f"    {line}" for line in tail.splitlines()[-30:])]
+            if log := log_lines(verdict.to_json()):  # the first-dying rank's log: its path, its tail
+                lines += [f"  {log[0]}", *(f"    {line}" for line in log[1:])]
             return "\n".join(lines)
         if isinstance(excinfo.value, ScenarioError):
             return f"bad scenario input: {excinfo.value}"

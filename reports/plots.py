@@ -22,8 +22,29 @@ matplotlib.use("Agg")  # no display: CI runners and ranks have none
 import matplotlib.pyplot as plt  # after the backend is chosen
 from matplotlib.ticker import MaxNLocator
 
-DPI = 72
+DPI = 144
+"""Twice the CSS pixel density the page shows a figure at (html.FIGURE_CSS_WIDTH_PX): sharp on a HiDPI screen."""
 CANDIDATE, REFERENCE = "#1f77b4", "#ff7f0e"
+FIGURE_WIDTH_IN = 13.0
+"""The scenario figure's width: shown at FIGURE_WIDTH_IN x 96 CSS px, its text is at least LEGEND_PT x 4/3 px."""
+LEGEND_PT = 8
+RESUMED = "#7f7f7f"
+
+
+def resumed_after(result: dict[str, Any]) -> int | None:
+    """The step after which a resumed run's second part took over (harness/run/staged.py records it)."""
+    resumed = (result.get("provenance") or {}).get("resumed") or {}
+    step = resumed.get("after_step")
+    return int(step) if isinstance(step, int | float) else None
+
+
+def _mark_resume(axes: Any, result: dict[str, Any]) -> None:
+    """A dashed vertical line between the step the checkpoint was saved after and the first resumed step."""
+    if (step := resumed_after(result)) is None:
+        return
+    for ax in axes:
+        ax.axvline(step + 0.5, color=RESUMED, linestyle="-.", linewidth=1.2, label=f"resumed after step {step}")
+        ax.legend(fontsize=LEGEND_PT)
 
 
 def _png(fig: Any, close: bool = True) -> str:
@@ -45,16 +66,16 @@ class _ScenarioCanvas:
               "per-token |Δ log-prob| vs reference")
 
     def __init__(self) -> None:
-        self.fig, self.axes = plt.subplots(1, 5, figsize=(17, 2.6))
+        self.fig, self.axes = plt.subplots(1, 5, figsize=(FIGURE_WIDTH_IN, 3.0))
         for ax, title in zip(self.axes, self.TITLES, strict=True):
-            ax.set_title(title, fontsize=9, y=1.0)  # a fixed y skips a tight-bbox pass per axes
+            ax.set_title(title, fontsize=10, y=1.0)  # a fixed y skips a tight-bbox pass per axes
         for ax in self.axes[:4]:
             ax.set_xlabel("optimizer update")  # one per step, or mini_batches x ppo_epochs per step (RL rows)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         self.axes[2].set_yscale("log")
         self.axes[4].set_xlabel("log10 |Δ|")
         self.axes[4].set_ylabel("tokens")
-        self.fig.subplots_adjust(left=0.04, right=0.99, bottom=0.18, top=0.9, wspace=0.3)
+        self.fig.subplots_adjust(left=0.04, right=0.995, bottom=0.17, top=0.9, wspace=0.28)
 
     def draw(self, series: dict[str, Any] | None, metrics: dict[str, Any], result: dict[str, Any]) -> str:
         for ax in self.axes:  # what the previous result drew
@@ -70,9 +91,10 @@ class _ScenarioCanvas:
                 ax.plot(steps, series[key], "-", color=CANDIDATE, label=candidate_label, **style)
                 ax.plot(range(1, len(series[f"reference_{key}"]) + 1), series[f"reference_{key}"], "--",
                         color=REFERENCE, label=(result.get("reference") or "reference").split(":", 1)[0])
-                ax.legend(fontsize=7)
+                ax.legend(fontsize=LEGEND_PT)
             _band(self.axes[2], metrics)
             _learning_rate(self.axes[3], series, candidate_label)
+            _mark_resume(self.axes[:4], result)
         _histogram(self.axes[4], metrics.get("logprob_abs_hist"))
         for ax in self.axes:
             if ax.lines or ax.patches or ax.collections:
@@ -113,7 +135,7 @@ def _band(ax: Any, metrics: dict[str, Any]) -> None:
             ax.plot(range(1, len(baseline) + 1), _floored(baseline), "-", color=color, alpha=0.35, linewidth=0.8,
                     label=f"{name} baseline")
     if ax.lines:
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=LEGEND_PT)
 
 
 def _learning_rate(ax: Any, series: dict[str, Any], label: str) -> None:
@@ -122,7 +144,7 @@ def _learning_rate(ax: Any, series: dict[str, Any], label: str) -> None:
         ax.plot(range(1, len(lrs) + 1), [math.nan if v is None else v for v in lrs], "-", color=CANDIDATE,
                 label=label)
         ax.plot(range(1, len(schedule) + 1), schedule, "--", color=REFERENCE, label="schedule")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=LEGEND_PT)
 
 
 _canvas: _ScenarioCanvas | None = None
@@ -151,7 +173,7 @@ def _histogram(ax: Any, hist: dict[str, Any] | None) -> None:
     for phase, color, label in (("logprobs_before", CANDIDATE, "before"), ("logprobs_after", REFERENCE, "after")):
         ax.stairs(hist[phase]["counts"], [*centers, centers[-1] + width], fill=True, alpha=0.55, color=color,
                   label=f"{label} (exact/below: {hist[phase]['below']}, above/non-finite: {hist[phase]['above']})")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=LEGEND_PT)
 
 
 def trend_figure(run_id: str, labels: list[str], series: dict[str, list[float | None]],

@@ -28,6 +28,7 @@ from parity.engines.training import make_optimizer, make_scheduler, param_group_
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, TORCH_DTYPES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
+from parity.harness.contract.fingerprint import Points, hf_points
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.optim_state import finish_resume, torch_optimizer_steps
 from parity.harness.contract.workload import Batch, per_position
@@ -76,6 +77,13 @@ class FSDP2Engine(Engine):
         # after fully_shard, which replaces every parameter with its sharded DTensor
         self.tp_partial = tensor_parallel.partial_grad_params(model) if self.tp > 1 else []
         self.build_optimizer(model)
+
+    def fingerprint_points(self) -> Points:
+        """The HF modules; under TP (engines/tensor_parallel.py) every block's output is replicated on the TP
+        ranks, the logits too."""
+        points = hf_points(self.model)
+        points.replicas, points.whole_replicated = self.tp, frozenset(points.modules)
+        return points
 
     def build_optimizer(self, model: torch.nn.Module) -> None:
         """The workload's optimizer and schedule over the sharded parameters (after fully_shard, which replaces

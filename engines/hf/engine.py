@@ -30,6 +30,7 @@ from parity.engines.specs import HF
 from parity.harness.contract import grad_groups
 from parity.harness.contract.engine import DTYPE_NAMES, Engine, StepOutput, TokenOutputs
 from parity.harness.contract.faults import FaultPlan
+from parity.harness.contract.fingerprint import Points, hf_points
 from parity.harness.contract.optim_state import finish_resume, torch_optimizer_steps
 from parity.harness.contract.schema import RL_STEP_FIELDS, Workload
 from parity.harness.contract.workload import Batch
@@ -104,6 +105,9 @@ class HFEngine(Engine):
         self.computed_dtype = logits.dtype
         labels = batch.response_labels().to(self.ctx.device)
         return token_scores(response_positions(logits, batch.prompt_len), labels)
+
+    def fingerprint_points(self) -> Points:
+        return hf_points(self.model)
 
     @torch.no_grad()
     def forward(self, batch: Batch) -> TokenOutputs:

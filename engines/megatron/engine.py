@@ -423,6 +423,15 @@ class MegatronEngine(Engine):
         return StepOutput(loss=float(total), grad_norm=float(grad_norm), group_grad_norms=groups,
                           expert_load=expert_load, lr=lrs)
 
+    def fingerprint_points(self) -> Any:
+        """This rank's chunks under the canonical fingerprint names (engines/megatron/fingerprint.py)."""
+        from megatron.core import parallel_state
+
+        from parity.engines.megatron.fingerprint import megatron_points
+
+        return megatron_points(self.model, self.ctx.scenario.layout.tp,
+                               parallel_state.get_tensor_model_parallel_rank(), bool(self.config.sequence_parallel))
+
     def run_provenance(self) -> dict[str, Any]:
         """How the batch reached the model, read from what was built: THD or padded, the core-attention classes in
         the layers, the THD alignment, whether the MoE routers are told which tokens are padding."""

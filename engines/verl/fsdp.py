@@ -34,6 +34,14 @@ class VerlFSDPEngine(VerlEngine):
     config_name: ClassVar[str] = "ppo_trainer"
     keys: ClassVar[EngineKeys] = FSDP
 
+    def fingerprint_points(self) -> Any:
+        """verl's FSDP-wrapped transformers model (verl/workers/engine/fsdp/transformer_impl.py FSDPEngine.module)
+        under the HF names; its forward gets the input ids as verl feeds them (padded, or rmpad [1, T], sliced
+        under Ulysses), so the real-token mask follows."""
+        from parity.harness.contract.fingerprint import hf_points
+
+        return hf_points(self.engine.module)
+
     def fsdp_version(self) -> int:
         from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 

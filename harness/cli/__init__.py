@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from parity.harness.cli import files, inspecting, running
+from parity.harness.cli import bisecting, files, inspecting, running
 from parity.harness.config import paths
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.selection import DEFAULT_FILES
@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dirs", nargs="+")
     report.add_argument("--out", default="parity-report")
     report.add_argument("--html", action="store_true", help="also write OUT/report.html (tables, plots; one file)")
+    report.add_argument("--history", action="append", default=[], metavar="DIR",
+                        help="an earlier run's out dir (repeat for more): the report says what changed since the "
+                             "latest of them (versions, verdicts)")
     report.set_defaults(func=running.cmd_report)
 
     history = sub.add_parser("history", help="trends over earlier runs' out dirs and the changes in them (exit 1 "
@@ -57,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--html", action="store_true", help="also write OUT/report.html with trend charts")
     history.add_argument("--out", default="parity-history")
     history.set_defaults(func=inspecting.cmd_history)
+
+    bisecting.add_parser(sub)
 
     engines = sub.add_parser("engines", help="the engine specs: layout dims, kwargs, devices, requirements here")
     engines.set_defaults(func=inspecting.cmd_engines)

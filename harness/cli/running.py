@@ -34,7 +34,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     writable_out_dir(out)
     merged = merge([Path(d) for d in args.dirs], out)
-    publish(out, merged, page=args.html)
+    history = tuple(Path(d) for d in args.history)
+    for earlier in history:
+        if not (earlier / paths.RESULTS).is_file():
+            raise ScenarioError(f"--history {earlier}: no {paths.RESULTS} there (an earlier run's --out directory)")
+    publish(out, merged, page=args.html, history=history)
     return exit_code(merged)
 
 

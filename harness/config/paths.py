@@ -24,6 +24,8 @@ OUT = Path("parity-out")
 CACHE = Path(".parity-cache")
 """The default --cache-dir."""
 RESULTS = "results.jsonl"
+BISECT = "bisect.json"
+"""OUT/bisect.json: `parity bisect --flipped`'s answers for the run's rows (the reports show them)."""
 SUMMARY = "summary.md"
 REPORT = "report.html"
 RECORDS = "records"

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from parity.harness.contract.faults import FaultPlan
+from parity.harness.contract.fingerprint import Points
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import EngineSpec
 from parity.harness.contract.workload import Batch
@@ -139,6 +140,12 @@ class Engine(ABC):
         model merger. `base` is the HF checkpoint the run started from (its config); `faults` the scenario's (a
         converter fault lives here). A scenario with `convert` needs it."""
         raise NotImplementedError(f"{cls.__name__} has no checkpoint converter (Engine.convert_checkpoint)")
+
+    def fingerprint_points(self) -> Points | None:
+        """Optional: this rank's modules under the canonical fingerprint names (parity.harness.contract.fingerprint;
+        `hf_points` for a transformers model), for the first forward's per-module statistics that let a FAIL name
+        the first module that diverged. None: not fingerprinted."""
+        return None
 
     def teardown(self) -> None:  # noqa: B027 - optional hook, most engines need nothing
         """Release process-group state the engine created (the worker destroys the default group)."""

@@ -17,11 +17,13 @@ from parity.harness.config.models import model_shape
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS
 from parity.harness.judge.baseline_step1 import baseline_step1_checks
+from parity.harness.judge.causal import causal_reasons
 from parity.harness.judge.checkpoint import conversion_checks, resume_checks
 from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import TokenDiff, error_ratio, series_rel_diff, token_diff
 from parity.harness.judge.curves import step_ratio_checks
 from parity.harness.judge.distribution import histograms
+from parity.harness.judge.fingerprint import first_divergent
 from parity.harness.judge.groups import group_checks, worst_group_rel_per_step
 from parity.harness.judge.loads import expert_load_checks
 from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
@@ -94,7 +96,7 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
         checks += resume_checks(candidate, uninterrupted, limits, scenario.resume_exact, scenario.resume.after + 1)
     if scenario.convert:
         checks += conversion_checks(candidate, limits)
-    reasons = [c.reason() for c in checks if not c.passed]
+    reasons = causal_reasons(checks, scenario.workload.steps, per_module=group)
     reasons += [f"reference {c.reason()}" for c in lr_checks(reference, scenario.workload, limits)
                 if not c.passed]
     updates = scenario.workload.steps * scenario.workload.updates_per_step
@@ -116,6 +118,8 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
                 "applied_kwargs": candidate.applied_kwargs,
                 "series": step_series(candidate, reference) | schedule_series(candidate, scenario.workload),
                 "logprob_abs_hist": histograms(candidate.tensors, reference.tensors)}
+    if (where := first_divergent(candidate.fingerprint, reference.fingerprint, scenario.dtype)) is not None:
+        metrics["first_divergent"] = where.to_json()
     info = scenario_info(scenario) | {"provenance": candidate.provenance}
     return Verdict(scenario.id, "FAIL" if reasons else "PASS", reasons, metrics, checks, info)
 

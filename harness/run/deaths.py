@@ -12,10 +12,18 @@ about the lost connection cannot have killed it, while its death explains the pe
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+COLLECTIVE_NOISE = re.compile(
+    r"gloo[:/]|ProcessGroup(Gloo|NCCL|HCCL)|Connection (reset|closed) by peer|GLHF|\[c10d\]|c10d::|"
+    r"socket\.cpp|TCPStore|NCCL (WARN|INFO)|HCCL_|watchdog|torch\.distributed\.elastic|"
+    r"Broken pipe|Application timeout caused pair closure", re.IGNORECASE)
+"""What a collective library prints when a peer goes away: the death's consequence, never its cause (gloo's
+`Connection reset by peer ... GLHF`, NCCL / HCCL watchdogs, torch.distributed's store and elastic agent)."""
 
 SIMULTANEOUS_S = 2.0
 """A silent death observed this soon after an exception (the launcher's view lags the death itself, and a peer
@@ -120,5 +128,7 @@ def describe(deaths: list[Death]) -> str:
     for death in rest:
         later = death.at - cause.at
         when = f" ({later:.2g} s later)" if later >= 0 else ""
-        text += f"; then rank {death.rank}: {death.detail}{when}"
+        detail = ("lost its connection to it (the collective library's message is in its log)"
+                  if COLLECTIVE_NOISE.search(death.detail) else death.detail)
+        text += f"; then rank {death.rank}: {detail}{when}"
     return text

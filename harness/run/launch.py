@@ -77,11 +77,12 @@ def _kill_ranks(record_dir: Path) -> None:
 
 
 def _logs_tail(record_dir: Path, failed_rank: int | None) -> str:
-    """The failing rank's log first (or every rank's, for a timeout), 30 lines each."""
+    """The failing rank's log first (or every rank's, for a timeout), 30 lines each, each under a `--- <path>`
+    header naming its file (the reports show the first-dying rank's path: parity.reports.triage)."""
     logs = sorted(record_dir.glob("rank*.log")) + sorted(record_dir.glob("node*.log"))
     if failed_rank is not None:
         logs = [record_dir / f"rank{failed_rank}.log"] + [p for p in logs if p.name != f"rank{failed_rank}.log"]
-    return "\n".join(f"--- {p.name}\n{tail(p, 30)}" for p in logs[:2] if p.is_file())
+    return "\n".join(f"--- {p}\n{tail(p, 30)}" for p in logs[:2] if p.is_file())
 
 
 def wait_all(

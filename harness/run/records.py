@@ -70,6 +70,9 @@ class RunRecord:
     """Inside the ranks: setup + forwards + steps."""
     timed_step_times_s: list[float] = field(default_factory=list)
     """A perf-gated scenario's extra steps, timed after the judged ones (PerfGate.timed_steps); empty otherwise."""
+    fingerprint: dict[str, Any] | None = None
+    """Per-module output statistics of the first forward (parity.harness.contract.fingerprint.merge); None when
+    the engine exposes no modules (Engine.fingerprint_points)."""
 
     @property
     def ok(self) -> bool:

@@ -54,14 +54,15 @@ def _named(record: RunRecord, part: str) -> RunRecord:
 
 
 def merged(first: RunRecord, second: RunRecord) -> RunRecord:
-    """One record of the whole resumed run: steps of both parts, the forward before training from the first, after
+    """One record of the whole resumed run: steps of both parts, the forward before training (and its fingerprint)
+    from the first, after
     it (and the converted checkpoint's) from the second, and the optimizer's step count as the resumed optimizer
     reads it back (a state not restored counts only the second part's steps)."""
     tensors = {key: value for key, value in first.tensors.items() if key.endswith("_before")}
     tensors |= {key: value for key, value in second.tensors.items() if not key.endswith("_before")}
     return replace(
         second, run_id=first.run_id.split("@")[0], steps=[*first.steps, *second.steps], tensors=tensors,
-        forward_time_s=first.forward_time_s, applied_kwargs=first.applied_kwargs,
+        forward_time_s=first.forward_time_s, applied_kwargs=first.applied_kwargs, fingerprint=first.fingerprint,
         peak_memory_bytes=max(first.peak_memory_bytes, second.peak_memory_bytes),
         peak_memory_per_rank=[max(a, b) for a, b in zip(first.peak_memory_per_rank, second.peak_memory_per_rank,
                                                          strict=False)] or second.peak_memory_per_rank,

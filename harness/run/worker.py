@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -107,14 +108,16 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
 
     expected = tuple(clean.response_mask.shape)
     t0 = time.perf_counter()
-    before = None
+    before = fingerprint = None
     if stage.load_from is not None:
         import torch
 
         engine.load_checkpoint(Path(stage.load_from))
         old_logprobs = torch.load(Path(stage.load_from) / ROLLOUT_FILE)
     else:
-        before = checked_tokens(engine.forward(batch), rank, expected, "forward (before training)")
+        with fingerprinting(engine) as recorder:
+            before = checked_tokens(engine.forward(batch), rank, expected, "forward (before training)")
+        fingerprint = recorder.gather() if recorder is not None else None
         old_logprobs = _broadcast(before.logprobs if before is not None else None, rank)
     devices.synchronize(scenario.device)
     forward_time = time.perf_counter() - t0
@@ -161,9 +164,28 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
             provenance={**job.provenance, **_rank_provenance(scenario.device), "dtype": scenario.dtype,
                         "world_size": world_size, "rank0_cpu_cores": cpus,
                         **engine_provenance},
-            compute_time_s=time.perf_counter() - started, timed_step_times_s=timed)
+            compute_time_s=time.perf_counter() - started, timed_step_times_s=timed, fingerprint=fingerprint)
         record.save(Path(job.record_dir))
     dist.barrier()
+
+
+@contextlib.contextmanager
+def fingerprinting(engine: Any) -> Iterator[Any]:
+    """Hooks on the modules the engine exposes (optional `Engine.fingerprint_points`) for one forward; yields the
+    Recorder, or None when the engine exposes none."""
+    try:
+        points = getattr(engine, "fingerprint_points", lambda: None)()
+    except Exception as exc:  # a diagnostic: it never fails the run (every rank fails alike: none gathers)
+        print(f"fingerprint not taken: Engine.fingerprint_points raised {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        points = None
+    if points is None:
+        yield None
+        return
+    from parity.harness.contract.fingerprint import Recorder
+
+    with Recorder(points) as recorder:
+        yield recorder
 
 
 def save_and_convert(engine: Any, stage: Stage, old_logprobs: Any, ctx: Any, batch: Any,
@@ -378,7 +400,44 @@ def _rank_provenance(device: str) -> dict[str, Any]:
 
         name = device_module(device).get_device_name()
     image = os.environ.get("PARITY_IMAGE")  # the container image a CI lane runs in, when it says
-    return {"versions": versions, "device_name": name, "host": socket.gethostname(), "image": image}
+    cann = cann_version() if device == "npu" else None
+    megatron_lm = source_checkout("megatron.core")
+    return {"versions": versions, "device_name": name, "host": socket.gethostname(), "image": image,
+            **({"cann": cann} if cann else {}), **({"megatron_lm": megatron_lm} if megatron_lm else {})}
+
+
+def source_checkout(module: str) -> dict[str, str] | None:
+    """The git checkout a module is imported from (Megatron-LM on PYTHONPATH, as `parity bisect` runs it): its
+    tree and commit; None for an installed package or a tree outside git."""
+    import importlib.util
+    import subprocess
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    where = spec and (spec.origin or next(iter(spec.submodule_search_locations or []), None))
+    if not where or "site-packages" in Path(where).parts:
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(Path(where).parent), "rev-parse", "--show-toplevel", "HEAD"],
+                              capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.split()
+    return {"tree": lines[0], "commit": lines[1]} if done.returncode == 0 and len(lines) == 2 else None
+
+
+def cann_version() -> str | None:
+    """The CANN toolkit's version as its install describes it (`version=` in ascend_toolkit_install.info, under
+    ASCEND_TOOLKIT_HOME, which CANN's set_env.sh exports); None where it cannot be read."""
+    home = Path(os.environ.get("ASCEND_TOOLKIT_HOME") or "/usr/local/Ascend/ascend-toolkit/latest")
+    for info in [*sorted(home.glob("*/ascend_toolkit_install.info")), home / "ascend_toolkit_install.info"]:
+        with contextlib.suppress(OSError):
+            for line in info.read_text().splitlines():
+                if line.startswith("version="):
+                    return line.partition("=")[2].strip()
+    return None
 
 
 def die_with_parent(parent: int) -> None:

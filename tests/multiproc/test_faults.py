@@ -117,7 +117,8 @@ def test_grad_scale_is_invisible_to_log_probs_after_the_step(runner):
     """Why the pre-clip grad norm must be compared: the after-step log-probs do not see a 2x gradient (only the
     global norm and, uniformly, every group's norm at step 2 do)."""
     verdict = runner.run_scenario(SCENARIOS[CLEAN + "+grad_scale"])
-    others = [r for r in verdict.reasons if " grad norm rel diff at step 2 = 1 > " not in r]
+    others = [r for r in verdict.reasons if " grad norm rel diff at step 2 = 1 > " not in r
+              and not re.match(r"^\d+ modules at step 2: rel 1 \(worst .* grad norm rel diff = 1 > ", r)]
     assert others == [], verdict.reasons
     assert verdict.reasons[0].startswith("pre-clip grad norm rel diff at step 2 = 1 > limit 5")
 

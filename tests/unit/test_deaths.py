@@ -23,7 +23,8 @@ def test_a_silent_death_seen_just_after_a_peers_exception_is_the_cause(tmp_path)
     _raised(tmp_path, 0, T, "RuntimeError: Connection reset by peer")
     deaths = rank_deaths(tmp_path, 2, {0: Ending(T + 0.004, 1), 1: Ending(T + 0.003, -signal.SIGSEGV)})
     assert [(d.rank, d.kind) for d in deaths] == [(1, "signal"), (0, "exception")]
-    assert describe(deaths).startswith("rank 1 died first: killed by SIGSEGV (signal 11); then rank 0: RuntimeError")
+    assert describe(deaths).startswith("rank 1 died first: killed by SIGSEGV (signal 11); then rank 0: lost its "
+                                       "connection to it (the collective library's message is in its log)")
 
 
 def test_an_exception_well_before_a_silent_death_stays_first(tmp_path):
@@ -72,4 +73,15 @@ def test_torchrun_s_own_failure_report_names_the_signal_and_the_workers_it_close
     endings, spared = watch.torchrun_view([log])
     assert endings[1] == Ending(T + 0.003, -signal.SIGSEGV) and spared == frozenset({0})
     deaths = rank_deaths(tmp_path, 2, endings, spared)
-    assert describe(deaths).startswith("rank 1 died first: killed by SIGSEGV (signal 11); then rank 0: RuntimeError")
+    assert describe(deaths).startswith("rank 1 died first: killed by SIGSEGV (signal 11); then rank 0: lost its "
+                                       "connection to it (the collective library's message is in its log)")
+
+
+def test_a_peers_own_error_is_kept_and_only_the_collective_noise_is_shortened(tmp_path):
+    """The clean twin: a peer that died of its own exception (not of the lost connection) keeps its message."""
+    _raised(tmp_path, 0, T, "ValueError: bad shard")
+    deaths = rank_deaths(tmp_path, 2, {0: Ending(T + 0.004, 1), 1: Ending(T + 0.003, -signal.SIGSEGV)})
+    assert describe(deaths).endswith("; then rank 0: ValueError: bad shard")
+    assert "GLHF" not in describe([*deaths[:1], Death(0, T + 0.004, "exception",
+                                                      "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection "
+                                                      "closed by peer [127.0.0.1]:17107. GLHF!")])

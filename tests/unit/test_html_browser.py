@@ -120,3 +120,92 @@ def test_the_first_screen_shows_counts_failures_and_the_heat_map_and_every_verdi
                       ("heat map: failing cell", (0xC0, 0x39, 0x2B)), ("heat map: far under", (0x1E, 0x84, 0x49)),
                       ("heat map: ERROR cell", (0x17, 0x20, 0x2A)), ("failure reason text", (0xA9, 0x32, 0x26))):
         assert rgb in colours, f"{name} is not on the first screen"
+
+
+STICKY = """<script>
+var box = document.querySelector("#summary").parentElement, th = document.querySelector("#summary th");
+box.scrollIntoView(); box.scrollTop = 600;
+if (box.scrollTop === 0) { window.scrollBy(0, 600); }  // a box that does not scroll: the reader scrolls the page
+var b = box.getBoundingClientRect(), h = th.getBoundingClientRect();
+document.body.dataset.sticky = JSON.stringify({box: b.top, th: h.top, scrolled: box.scrollTop,
+                                               boxBottom: b.bottom, height: window.innerHeight});
+</script></body>"""
+
+
+def _sticky(text: str, tmp: Path) -> dict:
+    page = html.write(tmp, text.replace("</body>", STICKY))
+    tag = body_tag(browse(page, tmp, "--dump-dom", size=f"{SCREEN[0]},{SCREEN[1]}"))
+    return json.loads(markup.unescape(tag.split('data-sticky="', 1)[1].split('"', 1)[0]))
+
+
+def test_the_table_header_stays_in_view_while_its_rows_scroll(tmp_path):
+    """The table scrolls in a box of its own, at most 85 % of the screen: 600 px down its rows, its header is still
+    at the top of the box, on screen. The injected defect: the box as it was (sideways scrolling only): the reader
+    scrolls the page and the header goes off the top with it."""
+    rows = night()
+    text = html.render(rows, figures=[None] * len(rows))
+    seen = _sticky(text, tmp_path)
+    assert seen["scrolled"] == 600 and abs(seen["th"] - seen["box"]) <= 1 and -1 <= seen["th"] < SCREEN[1], seen
+    assert seen["boxBottom"] - seen["box"] <= seen["height"], seen
+    old = text.replace("div.wide { overflow: auto; max-height: 85vh; }", "div.wide { overflow-x: auto; }")
+    assert old != text
+    seen = _sticky(old, tmp_path / "old")
+    assert seen["th"] < 0, seen
+
+
+def _planted_night() -> tuple[list[dict], object]:
+    """A night of the default matrix in which a verl row against verl's main branch flipped PASS -> FAIL: its
+    reasons in causal order, its first divergent module, and the first bad verl commit `parity bisect` found; the
+    versions that changed since the previous night."""
+    from parity.harness.judge.fingerprint import Divergence
+    from parity.reports.provenance import Night, Provenance
+
+    rows = night()
+    where = Divergence("layer1.attention", "layer0.output", 0.31, 1e-4, 6).to_json()
+    flipped = {"id": "tiny-qwen3/verl_fsdp/dp2/fp32/cpu", "verdict": "FAIL", "strategy": "verl_fsdp",
+               "layout": "dp2", "dtype": "fp32",
+               "reasons": ["log-prob before training max |Δ| = 0.0373 > limit 5e-05 (abs)",
+                           "pre-clip grad norm rel diff at step 1 = 0.00216 > limit 5.03e-05 (rel)"],
+               "metrics": {"first_divergent": where},
+               "bisect": "first bad verl commit for tiny-qwen3/verl_fsdp/dp2/fp32/cpu: 77e0f1d2aa attention: fuse "
+                         "the softmax scale (between 1dda039b9c good and 9f1c0e7b55 bad; 3 run(s))"}
+    rows.insert(0, flipped)
+    block = Provenance(Night("bbb2222", {"torch": "2.13.0", "verl": "0.10.0.dev @ 9f1c0e7b55"}, "Ascend910B3",
+                             "ascend/verl:8.1", "2026-12-03"),
+                       Night("aaa1111", date="2026-12-02"), "nightly-2026-12-02",
+                       ["torch 2.12.0 -> 2.13.0", "verl 0.10.0.dev @ 1dda039b9c -> 0.10.0.dev @ 9f1c0e7b55"],
+                       ["PASS -> FAIL: tiny-qwen3/verl_fsdp/dp2/fp32/cpu"])
+    return rows, block
+
+
+FIRST_SCREEN = """<script>
+var inView = function (el) { var r = el.getBoundingClientRect(); return r.top >= 0 && r.bottom <= window.innerHeight
+  && r.width > 0; };
+var seen = Array.from(document.querySelectorAll("#provenance div, #provenance li, #failures li, #failures li div"))
+  .filter(inView).map(function (el) { return el.innerText; });
+document.body.dataset.screen = JSON.stringify(seen);
+</script></body>"""
+
+
+def test_a_failing_night_names_its_cause_on_the_first_screen(tmp_path):
+    """Done when (issue 35): the first screen of a planted failing night names the failing rows, their first
+    divergent step and module, the versions that changed since the previous night and, for the row against an
+    upstream branch, the first bad commit."""
+    rows, block = _planted_night()
+    text = html.render(rows, wall_s=65.0, figures=[None] * len(rows), provenance=block)
+    page = html.write(tmp_path, text.replace("</body>", FIRST_SCREEN))
+    tag = body_tag(browse(page, tmp_path, "--dump-dom", size=f"{SCREEN[0]},{SCREEN[1]}"))
+    screen = "\n".join(json.loads(markup.unescape(tag.split('data-screen="', 1)[1].split('"', 1)[0])))
+    for bad in (r for r in rows if r["verdict"] in ("FAIL", "ERROR")):
+        assert bad["id"] in screen, bad["id"]
+    assert "first divergent module: layer1.attention (forward, step 1" in screen
+    assert "pre-clip grad norm rel diff at step 1" in screen
+    assert "changed: torch 2.12.0 -> 2.13.0" in screen and "since the previous night, 2026-12-02" in screen
+    assert "first bad verl commit for tiny-qwen3/verl_fsdp/dp2/fp32/cpu: 77e0f1d2aa" in screen
+    # the defect: the same night with what the page held before (no provenance, no module, no commit)
+    bare = [{k: v for k, v in r.items() if k not in ("bisect", "metrics")} for r in rows]
+    text = html.render(bare, wall_s=65.0, figures=[None] * len(rows))
+    page = html.write(tmp_path / "bare", text.replace("</body>", FIRST_SCREEN))
+    tag = body_tag(browse(page, tmp_path, "--dump-dom", size=f"{SCREEN[0]},{SCREEN[1]}"))
+    screen = "\n".join(json.loads(markup.unescape(tag.split('data-screen="', 1)[1].split('"', 1)[0])))
+    assert "first divergent module" not in screen and "first bad" not in screen and "changed:" not in screen

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from parity.reports import html
+from parity.reports.provenance import Night, Provenance
 from tests.unit.report_pages import RESULTS, Page, missing
 
 pytestmark = pytest.mark.torch_free
@@ -23,7 +24,9 @@ def test_the_page_opens_on_counts_failures_heat_map_and_grouped_skips():
     from tests.unit.report_pages import night
 
     rows = night()
-    text = html.render(rows, wall_s=65.0, changes=["since night-12: PASS -> FAIL: x"], figures=[None] * len(rows))
+    since = Provenance(Night("abc123"), Night("0ld", date="2026-12-02"), "night-12", ["torch 2.12.0 -> 2.13.0"],
+                       ["PASS -> FAIL: x"])
+    text = html.render(rows, wall_s=65.0, provenance=since, figures=[None] * len(rows))
     top = text[text.index('<div id="overview">'):text.index("<h2>Every scenario</h2>")]
     assert '<span class="count FAIL" data-verdict="FAIL">2 FAIL</span>' in top
     skips = sum(r["verdict"] == "SKIP" for r in rows)
@@ -33,7 +36,8 @@ def test_the_page_opens_on_counts_failures_heat_map_and_grouped_skips():
         assert f'<section id="{html.anchor(bad["id"])}"' in text
         assert bad["reasons"][0].replace(">", "&gt;") in top
     assert top.count('<table class="heatmap"') == 2  # fp32 and bf16
-    assert "since night-12: PASS -&gt; FAIL: x" in top
+    assert "since the previous night, 2026-12-02 at commit 0ld (night-12)" in top
+    assert "changed: torch 2.12.0 -&gt; 2.13.0" in top and "PASS -&gt; FAIL: x" in top
     assert top.count("<details>") == 1 and f"<b>{skips}</b> device npu: torch_npu is not installed" in top
     assert not [r for r in rows if r["verdict"] == "SKIP" and f'<section id="{html.anchor(r["id"])}"' in text]
 

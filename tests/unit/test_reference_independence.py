@@ -26,6 +26,8 @@ ALLOWED_SHARED = {
     "parity.harness.contract.spec": "torch-free engine facts",
     "parity.engines.specs": "torch-free engine facts",
     "parity.harness.contract.faults": "planted defects, which a row applies to the side it plants them in",
+    "parity.harness.contract.fingerprint": "the forward's per-module statistics: what is measured (a diagnosis that "
+                                           "names the first divergent module, never a verdict), not computed",
     "parity.harness.contract.grad_groups": "the per-module fingerprint's grouping: what is measured, not computed",
     "parity.harness.contract.optim_state": "reads an optimizer's step count back; plants the zeroed-moments fault",
     "parity.engines.hf.common": "the model builder (transformers' from_pretrained), the model's inputs, the router "

@@ -1,0 +1,106 @@
+"""`parity bisect` on a local clone: megatron-core's own source (the installed package, copied into a fresh git
+repository) with a regression committed between two harmless commits (RoPE frequencies 1 % off, in
+megatron/core/models/common/embeddings/rotary_pos_embedding.py). The bisection must name that commit, from the
+verdicts of the scenario run against each candidate tree; the clean twin (a range without the regression) has no
+bad commit to name and says so. Then the nightly's use: a night that flipped PASS -> FAIL while its Megatron tree
+moved is bisected by `parity bisect --flipped`, and its report names the first bad commit."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from parity.reports import results as results_file
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.multiprocess
+ROW = "tiny-qwen3/megatron/single/fp32/cpu"
+"""One rank: each trial is a fresh `parity run` (its own interpreter, forkserver and Megatron import)."""
+ROPE = "megatron/core/models/common/embeddings/rotary_pos_embedding.py"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def commit(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture(scope="module")
+def megatron_clone(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A git repo of megatron-core's source: base, a README change, the RoPE regression, a comment change."""
+    spec = importlib.util.find_spec("megatron.core")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("megatron-core is not installed")
+    repo = tmp_path_factory.mktemp("megatron-lm")
+    shutil.copytree(Path(next(iter(spec.submodule_search_locations))), repo / "megatron" / "core",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "megatron" / "__init__.py").touch()
+    git(repo, "init", "-q")
+    commits = {"good": commit(repo, "megatron-core as installed")}
+    (repo / "README.md").write_text("a harmless change\n")
+    commits["readme"] = commit(repo, "docs: a README")
+    rope = repo / ROPE
+    text = rope.read_text()
+    assert "self.inv_freq = 1.0 / (" in text
+    rope.write_text(text.replace("self.inv_freq = 1.0 / (", "self.inv_freq = 1.01 / (", 1))
+    commits["regression"] = commit(repo, "rope: fold the scaling into inv_freq")
+    rope.write_text(rope.read_text() + "\n# a harmless comment\n")
+    commits["bad"] = commit(repo, "style: a comment")
+    return repo, commits
+
+
+@pytest.fixture(scope="module")
+def scenario_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("scenarios") / "bisect.yaml"
+    path.write_text("matrix:\n  - {model: tiny-qwen3, strategy: megatron, device: cpu, timeout: 300}\n")
+    return path
+
+
+def _night(directory: Path, verdict: str, tree: Path, commit: str, started: str, source: Path) -> None:
+    """A night's results.jsonl with the row as a run against the Megatron-LM tree at `commit` records it."""
+    provenance = {"harness_commit": "abc1234", "started": started, "versions": {"megatron-core": "0.16.1"},
+                  "megatron_lm": {"tree": str(tree), "commit": commit}}
+    results_file.append(directory, {"id": ROW, "verdict": verdict, "source": str(source),
+                                    "reasons": [] if verdict == "PASS" else ["log-prob before training max |Δ|"],
+                                    "provenance": provenance})
+
+
+def test_a_flipped_row_is_bisected_to_the_commit_that_broke_it_and_the_report_names_it(megatron_clone, tmp_path,
+                                                                                         cache_dir, scenario_file):
+    """The nightly's use (ci/nightly.sh): the row PASSed last night at `good` and FAILs tonight at `bad`; the
+    bisection runs the scenario against the commits between (the regression: FAIL, the README commit: PASS) and
+    names the regression in tonight's report."""
+    repo, commits = megatron_clone
+    _night(tmp_path / "prev", "PASS", repo, commits["good"], "2026-12-02T02:00:00+00:00", scenario_file)
+    _night(tmp_path / "now", "FAIL", repo, commits["bad"], "2026-12-03T02:00:00+00:00", scenario_file)
+    done = run_cli("bisect", "--flipped", str(tmp_path / "now"), "--history", str(tmp_path / "prev"), "--cache-dir",
+                   str(cache_dir), timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [answer] = json.loads((tmp_path / "now" / "bisect.json").read_text())
+    assert answer["first_bad"] == commits["regression"], answer
+    verdicts = {t["commit"]: t["verdict"] for t in answer["trials"]}
+    assert verdicts == {commits["regression"]: "FAIL", commits["readme"]: "PASS"}, verdicts
+    line = f"first bad megatron-lm commit for {ROW}: {commits['regression'][:10]} rope: fold the scaling into inv_freq"
+    assert line in done.stdout
+    for page in ("summary.md", "report.html"):
+        assert line in (tmp_path / "now" / page).read_text(), page
+
+
+def test_bad_input_is_named_with_exit_2(megatron_clone, tmp_path, scenario_file):
+    repo, commits = megatron_clone
+    done = run_cli("bisect", str(scenario_file), "-k", ROW, "--project", "megatron-lm", "--repo", str(repo),
+                   "--good", commits["bad"], "--bad", commits["good"], "--out", str(tmp_path))
+    assert done.returncode == 2 and "is not an ancestor" in done.stderr, done.stderr
+    done = run_cli("bisect", "scenarios/cpu.yaml", "-k", "tiny-qwen3", "--project", "megatron-lm", "--repo", str(repo),
+                   "--good", commits["good"], "--bad", commits["bad"], "--out", str(tmp_path))
+    assert done.returncode == 2 and "bisect needs one" in done.stderr, done.stderr

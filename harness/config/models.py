@@ -49,6 +49,10 @@ TINY_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
 TINY_MODELS["tiny-qwen3-bf16"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"][1], "checkpoint_dtype": "bfloat16",
                                                   "vocab_size": 256})
 
+#: the rollout lane's model (scenarios/rollout/): head_dim 32 is one vLLM's CPU attention implements (24 is not),
+#: still not hidden / heads (20), and neither 4·32 nor 2·32 is the hidden size (80); tied, as Qwen3's small models
+TINY_MODELS["tiny-qwen3-rollout"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"][1], "head_dim": 32,
+                                                     "hidden_size": 80})
 SEED_FOR_WEIGHTS = 20261130
 
 

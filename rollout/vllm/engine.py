@@ -53,14 +53,16 @@ class Generated:
 class VllmRollout:
     """One vLLM engine (one model, one dtype), reused by every row of the lane that names them."""
 
-    def __init__(self, checkpoint: Path, dtype: str, *, logprobs_mode: str, max_model_len: int, seed: int = 0):
+    def __init__(self, checkpoint: Path, dtype: str, *, device: str, logprobs_mode: str, max_model_len: int,
+                 memory_fraction: float, seed: int = 0):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: the tiny models need far less than the default
         from vllm import LLM
 
+        memory = {} if device == "cpu" else {"gpu_memory_utilization": memory_fraction}
         self.checkpoint = checkpoint
         self.llm = LLM(model=str(checkpoint), skip_tokenizer_init=True, dtype=DTYPES[dtype],
                        max_model_len=max_model_len, enforce_eager=True, seed=seed, enable_prefix_caching=False,
-                       logprobs_mode=logprobs_mode, worker_extension_cls=WORKER_EXTENSION)
+                       logprobs_mode=logprobs_mode, worker_extension_cls=WORKER_EXTENSION, **memory)
 
     def generate(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int], temperature: float,
                  seed: int) -> list[Generated]:
@@ -104,3 +106,7 @@ class VllmRollout:
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
         del self.llm
+
+    def set_logprobs_mode(self, mode: str) -> str:
+        """The sampler's logprobs_mode on every worker (see the worker's parity_set_logprobs_mode)."""
+        return str(self.llm.collective_rpc("parity_set_logprobs_mode", args=(mode,))[0])

@@ -22,3 +22,11 @@ class WeightSyncExtension:
         weights = list(load_file(path).items())
         self.model_runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
         return len(weights)
+
+    def parity_set_logprobs_mode(self, mode: str) -> str:
+        """Switch the sampler's logprobs_mode (LLM(logprobs_mode=...) at start-up) and return the previous one:
+        the planted fault rollout_temperature_not_applied runs one row with vLLM's default, raw_logprobs, on the
+        lane's one engine instead of starting another."""
+        sampler = self.model_runner.sampler
+        previous, sampler.logprobs_mode = sampler.logprobs_mode, mode
+        return previous

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from parity.harness.config.errors import ScenarioError, did_you_mean
 from parity.harness.config.matrix import deep_merge, parse_scenario
+from parity.harness.config.registry import spec_for
 from parity.harness.contract.schema import Scenario
 
 
@@ -141,6 +142,11 @@ def parse_row(raw: dict[str, Any], *, file: str, label: str) -> RolloutRow:
         raise ScenarioError("a rollout row needs a 'trainer' mapping (a scenario of the main matrix)", file=file,
                             scenario=label, key="trainer")
     trainer = parse_scenario(dict(trainer_raw), file=file, label=f"{label}.trainer")
+    spec = spec_for(trainer)
+    if "actor_rollout_ref" not in spec.kwargs_blocks and "convert" not in spec.checkpoints:
+        raise ScenarioError(f"trainer '{spec.name}' has no export of its weights to HF names (neither verl's "
+                            "get_per_tensor_param nor a checkpoint converter: EngineSpec.checkpoints lacks 'convert')",
+                            file=file, scenario=label, key="trainer.strategy")
     try:
         return RolloutRow.model_validate({**raw, "trainer": trainer})
     except ValidationError as exc:

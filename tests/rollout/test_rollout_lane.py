@@ -31,7 +31,7 @@ EXPECTED = {"sync_layer_skipped": "weight_sync", "sync_qk_swapped": "weight_sync
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    out = tmp_path_factory.mktemp("rollout")
+    out = Path(os.environ.get("PARITY_ROLLOUT_OUT") or tmp_path_factory.mktemp("rollout"))
     proc = subprocess.run([sys.executable, "-m", "parity.rollout", str(CLEAN), str(FAULTS), "--out", str(out),
                            "--run-broken"], capture_output=True, text=True, timeout=3000)
     print(proc.stdout[-6000:])

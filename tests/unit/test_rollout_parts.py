@@ -138,13 +138,16 @@ def test_judge_names_the_check_that_fails_and_passes_its_twin(tmp_path: Path) ->
 
 
 def test_the_cpu_file_parses_and_bad_input_names_the_key(tmp_path: Path) -> None:
-    rows = load_rollout_file(REPO / "scenarios" / "rollout" / "cpu.yaml")
-    assert len({r.id for r in rows}) == len(rows)
+    for name in ("cpu", "gpu", "ascend_nightly"):  # the device files validate here too (their models may be unset)
+        rows = load_rollout_file(REPO / "scenarios" / "rollout" / f"{name}.yaml")
+        assert rows and len({r.id for r in rows}) == len(rows)
     with pytest.raises(ScenarioError, match=r"key 'sampling\.temprature'"):
         _row(BASE + "  - {sampling: {temprature: 0.5}}\n", tmp_path)
     with pytest.raises(ScenarioError, match="key 'trainer'"):
         _row("matrix:\n  - {sync_after_steps: 1}\n", tmp_path)
     with pytest.raises(ScenarioError, match="temperature != 1"):
         _row(BASE + "  - {faults: [{kind: rollout_temperature_not_applied}]}\n", tmp_path)
+    with pytest.raises(ScenarioError, match="no export of its weights"):
+        _row(BASE + "  - {trainer: {strategy: mindspeed_fsdp}}\n", tmp_path)
     with pytest.raises(ScenarioError, match="unknown strategy"):
         _row(BASE + "  - {trainer: {strategy: vllm}}\n", tmp_path)

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     from parity.harness.config.errors import ScenarioError
     from parity.harness.config.paths import CACHE
     from parity.rollout.judge import RolloutVerdict
-    from parity.rollout.report import render, write
+    from parity.rollout.report import render, render_spread, write
     from parity.rollout.schema import load_rollout_file
 
     parser = argparse.ArgumentParser(prog="python -m parity.rollout", description=__doc__.splitlines()[0])
@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                         verdict = lane.run_row(row)
                     except Exception as exc:  # one row's crash is that row's ERROR, never the others' results
                         verdict = RolloutVerdict(row.id, "ERROR", [f"{type(exc).__name__}: {exc}"])
+                verdict.info |= {"dtype": row.trainer.dtype, "faults": [f.kind for f in row.faults]}
                 if row.broken:
                     verdict.info["broken"] = row.broken
                 verdict.info["wall_s"] = time.perf_counter() - t0
@@ -243,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         lane.close()
     print(render(verdicts))
+    if text := render_spread(verdicts):
+        print(text)
     counts = {s: sum(v.status == s and not v.info.get("broken") for v in verdicts)
               for s in ("PASS", "FAIL", "ERROR", "SKIP")}
     print(f"{len(verdicts)} rollout rows in {time.perf_counter() - started:.1f} s: "

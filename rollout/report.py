@@ -49,3 +49,24 @@ def write(out: Path, verdicts: Sequence[Any]) -> None:
                for v in verdicts if v.reasons]
     (out / "summary.md").write_text("## Rollout ↔ trainer parity\n\n" + render(verdicts, "github") + "\n\n"
                                     + "\n".join(reasons) + "\n")
+
+
+#: the checks whose clean spread sets the limits (rollout/judge.py), and the figure each is judged on
+SPREAD = (("rollout_vs_trainer", "logprob_max_abs"), ("sampled_logprobs", "max"), ("weight_sync", "logprob_max_abs"))
+
+
+def spread(verdicts: Sequence[Any]) -> dict[str, dict[str, float]]:
+    """dtype -> check -> the largest max |Δ log-prob| over the rows without planted faults (broken rows aside)."""
+    out: dict[str, dict[str, float]] = {}
+    for verdict in verdicts:
+        if verdict.info.get("faults") or verdict.info.get("broken") or not verdict.figures:
+            continue
+        per_dtype = out.setdefault(verdict.info["dtype"], {})
+        for check, figure in SPREAD:
+            per_dtype[check] = max(per_dtype.get(check, 0.0), verdict.figures[check][figure])
+    return out
+
+
+def render_spread(verdicts: Sequence[Any]) -> str:
+    return "\n".join(f"clean spread {dtype}: " + ", ".join(f"{check} {value:.3g}" for check, value in checks.items())
+                     for dtype, checks in spread(verdicts).items())

@@ -56,6 +56,9 @@ TINY_MODELS["tiny-qwen3-rollout"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"]
                                                      "hidden_size": 80, "tie_word_embeddings": False})
 TINY_MODELS["tiny-qwen3-rollout-tied"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3-rollout"][1],
                                                           "tie_word_embeddings": True})
+#: ... saved in bf16 with the vocabulary padded to 128, as tiny-qwen3-bf16 is for verl's vanilla-mbridge path
+TINY_MODELS["tiny-qwen3-rollout-bf16"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3-rollout"][1],
+                                                          "checkpoint_dtype": "bfloat16", "vocab_size": 256})
 SEED_FOR_WEIGHTS = 20261130
 
 

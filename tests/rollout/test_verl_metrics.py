@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("verl", reason="verl is not installed: run in verl's venv (ci/constraints-verl.txt)")
 
-from parity.rollout.metrics import IS_THRESHOLD, importance_ratio, probs_diff  # noqa: E402
+from parity.rollout.metrics import IS_THRESHOLD, importance_ratio, probs_diff
 
 
 def _tensors() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

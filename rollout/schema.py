@@ -92,6 +92,9 @@ class RolloutRow(_Strict):
             raise ValueError("the trainer of a rollout row takes no faults / resume / convert / baseline of its own "
                              "(rollout faults go in the row's `faults`)")
         for fault in self.faults:
+            if fault.kind == "sync_bf16" and self.trainer.dtype != "fp32":
+                raise ValueError(f"sync_bf16 plants a bf16 sync into an fp32 run; this trainer runs in "
+                                 f"{self.trainer.dtype}")
             if fault.kind == "rollout_temperature_not_applied" and self.sampling.temperature == 1.0:
                 raise ValueError("rollout_temperature_not_applied needs sampling.temperature != 1 (at 1 the raw "
                                  "and the processed log-probs coincide)")

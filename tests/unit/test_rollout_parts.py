@@ -147,6 +147,8 @@ def test_the_cpu_file_parses_and_bad_input_names_the_key(tmp_path: Path) -> None
         _row("matrix:\n  - {sync_after_steps: 1}\n", tmp_path)
     with pytest.raises(ScenarioError, match="temperature != 1"):
         _row(BASE + "  - {faults: [{kind: rollout_temperature_not_applied}]}\n", tmp_path)
+    with pytest.raises(ScenarioError, match="sync_bf16 plants a bf16 sync into an fp32 run"):
+        _row(BASE + "  - {trainer: {dtype: bf16}, faults: [{kind: sync_bf16}]}\n", tmp_path)
     with pytest.raises(ScenarioError, match="no export of its weights"):
         _row(BASE + "  - {trainer: {strategy: mindspeed_fsdp}}\n", tmp_path)
     with pytest.raises(ScenarioError, match="unknown strategy"):

@@ -28,5 +28,8 @@ class WeightSyncExtension:
         the planted fault rollout_temperature_not_applied runs one row with vLLM's default, raw_logprobs, on the
         lane's one engine instead of starting another."""
         sampler = self.model_runner.sampler
-        previous, sampler.logprobs_mode = sampler.logprobs_mode, mode
+        previous = sampler.logprobs_mode
+        # the sampler computes raw log-probs itself and takes processed ones from its top-k/top-p sampler, which
+        # keeps a mode of its own (vllm/v1/sample/sampler.py Sampler.forward / sample)
+        sampler.logprobs_mode = sampler.topk_topp_sampler.logprobs_mode = mode
         return previous

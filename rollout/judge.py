@@ -26,7 +26,7 @@ from parity.rollout.schema import RolloutRow
 #: dtype -> (rollout_vs_trainer, weight_sync, sampled_logprobs) max |Δ log-prob| defaults
 DEFAULT_LIMITS: dict[str, tuple[float, float, float]] = {
     "fp32": (2e-5, 2e-5, 2e-5),
-    "bf16": (1.5e-1, 1.5e-1, 1.5e-1),
+    "bf16": (1e-1, 1e-1, 1e-1),
 }
 
 

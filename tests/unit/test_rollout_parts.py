@@ -138,7 +138,8 @@ def test_judge_names_the_check_that_fails_and_passes_its_twin(tmp_path: Path) ->
 
 
 def test_the_cpu_file_parses_and_bad_input_names_the_key(tmp_path: Path) -> None:
-    for name in ("cpu", "gpu", "ascend_nightly"):  # the device files validate here too (their models may be unset)
+    # the device files validate here too (their model paths may be unset)
+    for name in ("cpu", "cpu_bf16", "gpu", "ascend_nightly"):
         rows = load_rollout_file(REPO / "scenarios" / "rollout" / f"{name}.yaml")
         assert rows and len({r.id for r in rows}) == len(rows)
     with pytest.raises(ScenarioError, match=r"key 'sampling\.temprature'"):
@@ -149,6 +150,8 @@ def test_the_cpu_file_parses_and_bad_input_names_the_key(tmp_path: Path) -> None
         _row(BASE + "  - {faults: [{kind: rollout_temperature_not_applied}]}\n", tmp_path)
     with pytest.raises(ScenarioError, match="sync_bf16 plants a bf16 sync into an fp32 run"):
         _row(BASE + "  - {trainer: {dtype: bf16}, faults: [{kind: sync_bf16}]}\n", tmp_path)
+    with pytest.raises(ScenarioError, match="limits for fp32 and bf16"):
+        _row(BASE + "  - {trainer: {dtype: fp16}}\n", tmp_path)
     with pytest.raises(ScenarioError, match="no export of its weights"):
         _row(BASE + "  - {trainer: {strategy: mindspeed_fsdp}}\n", tmp_path)
     with pytest.raises(ScenarioError, match="unknown strategy"):

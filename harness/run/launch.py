@@ -30,7 +30,7 @@ from typing import Any, Literal
 from parity.harness.config.paths import JOB
 from parity.harness.contract.schema import Layout
 from parity.harness.run.deaths import Ending, describe, finished, rank_deaths
-from parity.harness.run.worker import RunJob, die_with_parent, exit_after, run_rank
+from parity.harness.run.worker import RunJob, die_with_parent, exit_after
 
 LaunchStatus = Literal["ok", "error", "timeout"]
 POLL_S = 0.02
@@ -154,7 +154,7 @@ def _forked_rank(job: RunJob, rank: int, world_size: int, port: int, timeout_s: 
 
     store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
                           timeout=timedelta(seconds=timeout_s))
-    exit_after(job.record_dir, rank, run_rank, job, rank, world_size, rank, store)
+    exit_after(job.record_dir, rank, job.rank_body(), job, rank, world_size, rank, store)
 
 
 #: (pid, modules) of the forkserver this process started last. multiprocessing keeps ONE forkserver per process,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import numbers
 import os
@@ -38,6 +39,18 @@ class RunJob:
     """Visible-devices variable for the ranks (the leased cards), set before the device backend loads."""
     stage: dict[str, Any] | None = None
     """Stage(...) as a dict when this launch is one part of a resumed or converted run; None = the whole run."""
+    body: str | None = None
+    """'module:function' with run_rank's signature that the ranks run instead of run_rank (the rollout lane's
+    trainer: parity.rollout.trainer); None = run_rank."""
+    body_args: dict[str, Any] | None = None
+    """What that body reads besides the scenario (JSON-able)."""
+
+    def rank_body(self) -> Any:
+        """The function the ranks run."""
+        if self.body is None:
+            return run_rank
+        module, _, name = self.body.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     def to_file(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -486,8 +499,8 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent(os.getppid())  # torchrun: a torchrun killed with -9 cannot stop its workers itself
     # torchrun starts each worker in a session of its own: the launcher kills it by this pid, not torchrun's group
     (Path(job.record_dir) / f"rank{rank}.pid").write_text(str(os.getpid()))
-    exit_after(job.record_dir, rank, run_rank, job, rank, int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
-               None)
+    exit_after(job.record_dir, rank, job.rank_body(), job, rank, int(env["WORLD_SIZE"]),
+               int(env.get("LOCAL_RANK", 0)), None)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO
 
-ROOTS = ("harness", "engines", "reports", "benchmarks", "ci", "tests", "parity", "parity_examples")
+ROOTS = ("harness", "engines", "reports", "benchmarks", "ci", "tests", "parity", "parity_examples", "rollout")
 UNIT = r"(?:ms|s|sec|secs|seconds?|min|mins|minutes?|h|hours?)"
 NUMBER = r"~?\d+(?:\.\d+)?"
 RULES = {

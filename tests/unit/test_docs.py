@@ -198,7 +198,7 @@ def test_every_engine_spec_field_is_in_the_engines_table():
 
 PIN = re.compile(r"torch\s*==\s*\d")
 READERS = ["README.md", "docs/verl.md", "tox.ini", "ci/install_cpu.sh", "ci/constraints-cpu.txt",
-           "ci/constraints-verl.txt", "ci/constraints-megatron012.txt"]
+           "ci/constraints-verl.txt", "ci/constraints-megatron012.txt", "ci/constraints-vllm.txt"]
 
 
 def pins(path: Path) -> list[str]:

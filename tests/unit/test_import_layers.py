@@ -11,6 +11,7 @@ ones, never one above it.
   4 judge      parity.harness.judge      references, comparison, tolerances, verdicts
   5 reports    parity.reports            renderers of verdict JSON
   6 drivers    parity.harness.<module>   session, runner, CLI, pytest plugin, plan, options
+               parity.rollout            the rollout lane (vLLM against the trainers; docs/rollout.md)
   7 scripts    benchmarks/, ci/          anything below, engines only through the spec registry
 
 An import is an import statement at any depth, an `importlib.import_module` / `__import__` call with a constant
@@ -34,10 +35,11 @@ from parity.engines.specs import BUILTIN
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = {"parity.harness": REPO / "harness", "parity.engines": REPO / "engines", "parity.reports": REPO / "reports",
          "parity.examples": REPO / "parity_examples", "parity.reference": REPO / "reference",
+         "parity.rollout": REPO / "rollout",
          "benchmarks": REPO / "benchmarks", "ci": REPO / "ci"}
 LAYERS = [("parity.harness.contract", 0), ("parity.engines", 1), ("parity.examples", 1), ("parity.reference", 1),
           ("parity.harness.config", 2), ("parity.harness.run", 3), ("parity.harness.judge", 4),
-          ("parity.reports", 5), ("parity.harness", 6), ("benchmarks", 7), ("ci", 7)]
+          ("parity.reports", 5), ("parity.harness", 6), ("parity.rollout", 6), ("benchmarks", 7), ("ci", 7)]
 #: the one orchestration module that may import an engine module: the spec registry, and only the specs
 ENGINE_DOOR = {"parity.harness.config.registry": {"parity.engines.specs"}}
 ENGINE_NAMES = {name for spec in BUILTIN for name in (spec.name, *spec.aliases, *spec.retired)}

@@ -215,7 +215,17 @@ MODEL_ALREADY_ON_DEVICE = Shim(
     "are zeroed between the step and the save). On the CPU platform, with offloading refused, there is nothing to "
     "load: verl's Megatron engine skips it, as on an accelerator without offload")
 
-MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK, THD_ATTENTION, NO_TOKENIZER,
+MEGATRON_RNG_SEED = Shim(
+    "megatron-rng-seed-on-cpu", "verl/workers/engine/megatron/utils.py set_random_seed (called by "
+    "verl/workers/engine/megatron/transformer_impl.py MegatronEngine.__init__)",
+    "verl seeds Megatron's model-parallel RNG tracker (tensor_parallel.model_parallel_cuda_manual_seed, which "
+    "Megatron's layers fork at build) only where it finds an accelerator. verl main tests `is_cuda_available or "
+    "is_npu_available` and skips it on CPU; verl 0.9.1 tests the function object `is_device_available` (always true) "
+    "and seeds it on CPU too. After verl's own set_random_seed, on verl's CPU platform, a tracker verl left unseeded "
+    "is seeded with the same call verl makes on an accelerator, with verl's seed (the tracker runs on the CPU "
+    "generator under megatron-core-cpu). Needed by verl main; a no-op on 0.9.1, which seeds it itself")
+
+MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MEGATRON_RNG_SEED, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK, THD_ATTENTION, NO_TOKENIZER,
                       EMULATED_NPU_AVAILABLE, FAST_ALIASES_WITHOUT_TORCHVISION, FRESH_OPTIMIZER_STATE,
                       MODEL_ALREADY_ON_DEVICE)
 
@@ -246,7 +256,7 @@ def apply_megatron(device: str, local_spec: bool = True) -> tuple[list[str], Any
     patches.apply()
     from verl.utils.device import get_device_name
 
-    applied = [MEGATRON_CPU, *([MODEL_ALREADY_ON_DEVICE] if get_device_name() == "cpu" else [])]
+    applied = [MEGATRON_CPU, *([MODEL_ALREADY_ON_DEVICE, MEGATRON_RNG_SEED] if get_device_name() == "cpu" else [])]
     if local_spec:
         applied += [MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK]
         if _thd_attention_class() is not None:
@@ -316,6 +326,7 @@ def _megatron_cpu_class() -> type:
 
             self._set(transformer_impl, "load_megatron_model_to_gpu",
                       _on_the_only_device(transformer_impl.load_megatron_model_to_gpu))
+            self._set(transformer_impl, "set_random_seed", _seeding_the_tracker(transformer_impl.set_random_seed))
             if not self.local_spec:
                 return
             from mbridge.core import bridge, llm_bridge
@@ -337,6 +348,24 @@ def _on_the_only_device(original: Any) -> Any:
         return None if get_device_name() == "cpu" else original(*args, **kwargs)
 
     return load
+
+
+def _seeding_the_tracker(original: Any) -> Any:
+    """verl's set_random_seed as verl's Megatron engine calls it, then, on verl's CPU platform, the tracker seeding
+    verl does on an accelerator where verl skipped it (MEGATRON_RNG_SEED)."""
+    from verl.utils.device import get_device_name
+
+    @functools.wraps(original)
+    def seeded(seed: int, *args: Any, **kwargs: Any) -> Any:
+        result = original(seed, *args, **kwargs)
+        if get_device_name() == "cpu":
+            from megatron.core import tensor_parallel
+
+            if not tensor_parallel.get_cuda_rng_tracker().get_states():
+                tensor_parallel.model_parallel_cuda_manual_seed(seed)
+        return result
+
+    return seeded
 
 
 #: local-spec norm name -> the TE fused name mbridge's mappings use for the same weight

@@ -225,8 +225,9 @@ MEGATRON_RNG_SEED = Shim(
     "is seeded with the same call verl makes on an accelerator, with verl's seed (the tracker runs on the CPU "
     "generator under megatron-core-cpu). Needed by verl main; a no-op on 0.9.1, which seeds it itself")
 
-MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MEGATRON_RNG_SEED, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK, THD_ATTENTION, NO_TOKENIZER,
-                      EMULATED_NPU_AVAILABLE, FAST_ALIASES_WITHOUT_TORCHVISION, FRESH_OPTIMIZER_STATE,
+MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MEGATRON_RNG_SEED, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK,
+                      THD_ATTENTION, NO_TOKENIZER, EMULATED_NPU_AVAILABLE, FAST_ALIASES_WITHOUT_TORCHVISION,
+                      FRESH_OPTIMIZER_STATE,
                       MODEL_ALREADY_ON_DEVICE)
 
 

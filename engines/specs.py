@@ -3,6 +3,7 @@ before it runs anything. Adding a built-in engine = its module + one spec here (
 
 from __future__ import annotations
 
+from parity.harness.contract.schema import RL_STEP_FIELDS
 from parity.harness.contract.spec import (
     LOSS_AGG_MODES,
     PACKINGS,
@@ -128,11 +129,14 @@ MINDSPEED_FSDP = EngineSpec(
 #: this whole preload out: registry.preload_modules matches top-level names)
 VERL_PRELOAD = ("transformers", "torch.distributed.fsdp", "parity.engines.verl.warm", "verl")
 
+#: the RL step verl's trainer and worker run (engines/verl/engine.py): every field of it
+VERL_RL_STEP = RL_STEP_FIELDS
+
 VERL_FSDP = EngineSpec(
     name="verl_fsdp", engine="parity.engines.verl.fsdp:VerlFSDPEngine",
     summary="verl's own FSDPEngineWithLMHead (FSDP2 / FSDP1) from verl's config, driven by verl's engine API",
     dims=frozenset({"dp", "ulysses"}), kwargs_blocks=("actor_rollout_ref",), dtypes=("fp32", "bf16"),
-    loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS, checkpoints=("resume", "convert"),
+    loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS, checkpoints=("resume", "convert"), rl_step=VERL_RL_STEP,
     prepare="parity.engines.verl.rules:prepare_fsdp",
     rules="parity.engines.verl.rules:fsdp_errors", environment_check="parity.engines.verl.source:problem",
     # verl builds on meta except rank 0, which loads on the host; fsdp2_load_full_state_dict broadcasts
@@ -149,7 +153,7 @@ VERL_MEGATRON = EngineSpec(
     summary="verl's own MegatronEngineWithLMHead (megatron-core through mbridge) from verl's config, driven by "
             "verl's engine API",
     dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
-    packings=PACKINGS, checkpoints=("resume",), checkpoint_check=MEGATRON_DIST_CKPT,
+    packings=PACKINGS, checkpoints=("resume",), checkpoint_check=MEGATRON_DIST_CKPT, rl_step=VERL_RL_STEP,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
     memory=MEGATRON_MEMORY,
     requires=(MEGATRON_CORE, MBRIDGE), environment_check="parity.engines.verl.source:problem",
@@ -159,7 +163,7 @@ VERL_MINDSPEED = EngineSpec(
     name="verl_mindspeed", engine="parity.engines.verl.megatron:VerlMindSpeedEngine",
     summary="verl's MindspeedEngineWithLMHead (its Megatron engine with MindSpeed's repatch), Ascend NPU",
     dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
-    packings=PACKINGS,
+    packings=PACKINGS, rl_step=VERL_RL_STEP,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
     memory=MEGATRON_MEMORY,
     requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",

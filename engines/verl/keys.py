@@ -81,7 +81,10 @@ class EngineKeys:
 
 
 # ---- keys both engines share -------------------------------------------------------------------------------
-_NUMERIC = "verl's loss function reads it from the actor config; checked by the per-step loss against the reference"
+_NUMERIC = ("the actor config verl's loss function (ppo_loss) was called with; its effect is checked by the per-update "
+            "loss against the reference")
+_POLICY_LOSS = ("the arguments the policy-loss function verl's registry returned was called with (its config's clip "
+                "ratios, its loss_agg_mode), every call")
 
 #: the schedule keys every verl optimizer config has (verl/workers/config/optimizer.py OptimizerConfig): warmup, as
 #: the workload's. The decay is per backend: FSDP's lr_scheduler_type / min_lr_ratio, Megatron's lr_decay_style /
@@ -103,27 +106,45 @@ COMMON_SHARED = {
     "actor.optim.weight_decay": "workload.weight_decay",
     "actor.optim.clip_grad": "workload.grad_clip",
     "actor.clip_ratio": "workload.clip_ratio",
-    "actor.clip_ratio_low": "workload.clip_ratio",
-    "actor.clip_ratio_high": "workload.clip_ratio",
     "actor.entropy_coeff": "workload.entropy_coeff",
     "actor.loss_agg_mode": "workload.loss_agg_mode",
-    "actor.ppo_mini_batch_size": "workload.batch_size",
     "model.use_remove_padding": "workload.packing",
     **SCHEDULE_SHARED,
+    **(RL_SHARED := {
+        "actor.clip_ratio_c": "workload.clip_ratio_c",
+        "actor.policy_loss.loss_mode": "workload.policy_loss",
+        "actor.ppo_epochs": "workload.ppo_epochs",
+        "actor.use_kl_loss": "workload.use_kl_loss",
+        "actor.kl_loss_coef": "workload.kl_loss_coef",
+        "actor.kl_loss_type": "workload.kl_loss_type",
+    }),
 }
+"""The RL step's keys (RL_SHARED) are written into verl's tree only away from the workload field's default, which is
+verl's own default too. `rl_step_keys` reconciles the ones that are no plain restatement: the clip ratios (verl's
+clip_ratio_low / high default to 0.2, the workload's to clip_ratio), `ppo_mini_batch_size` (prompts per mini-batch:
+batch_size / mini_batches / rollout_n) and `rollout_n` (the workload's group_size)."""
 
 COMMON_READ_BACK = {
     "actor.optim.lr": ReadBack("schedule", _SCHEDULE),
     "actor.optim.weight_decay": ReadBack("optimizer_group", "weight_decay of every optimizer param group"),
     "actor.optim.betas": ReadBack("optimizer_group", "betas of every optimizer param group"),
     "actor.optim.clip_grad": ReadBack("clip_threshold", "max_norm verl passed to its grad clipping, every step"),
-    "actor.clip_ratio": ReadBack("loss_config", _NUMERIC),
-    "actor.clip_ratio_low": ReadBack("loss_config", _NUMERIC),
-    "actor.clip_ratio_high": ReadBack("loss_config", _NUMERIC),
+    "actor.clip_ratio": ReadBack("policy_loss_call", _POLICY_LOSS),
+    "actor.clip_ratio_low": ReadBack("policy_loss_call", _POLICY_LOSS),
+    "actor.clip_ratio_high": ReadBack("policy_loss_call", _POLICY_LOSS),
+    "actor.clip_ratio_c": ReadBack("policy_loss_call", _POLICY_LOSS),
+    "actor.loss_agg_mode": ReadBack("policy_loss_call", _POLICY_LOSS),
+    "actor.policy_loss.loss_mode": ReadBack("policy_loss_call", "which function of verl's policy-loss registry "
+                                                                "verl's actor loss called"),
     "actor.entropy_coeff": ReadBack("loss_config", _NUMERIC),
-    "actor.loss_agg_mode": ReadBack("loss_config", _NUMERIC),
     "actor.calculate_entropy": ReadBack("loss_config", _NUMERIC),
-    "actor.ppo_mini_batch_size": ReadBack("global_batch", "sequences in each train_batch call over all ranks"),
+    "actor.kl_loss_coef": ReadBack("loss_config", _NUMERIC),
+    "actor.rollout_n": ReadBack("loss_config", _NUMERIC),
+    "actor.use_kl_loss": ReadBack("kl_loss", "whether verl's actor loss computed a KL term (kl_penalty called)"),
+    "actor.kl_loss_type": ReadBack("kl_loss", "the kl type verl's actor loss called kl_penalty with"),
+    "actor.ppo_epochs": ReadBack("epochs", "the passes verl's worker made over the step's batch (make_iterator)"),
+    "actor.ppo_mini_batch_size": ReadBack("global_batch", "the mini-batches verl's worker formed (make_iterator: "
+                                                          "rows of each x dp / rollout_n)"),
     "actor.ppo_micro_batch_size_per_gpu": ReadBack("micro_batches", "rows per micro-batch verl ran (loss count)"),
     "actor.use_dynamic_bsz": ReadBack("micro_batches", "whether verl split micro-batches by tokens"),
     "actor.ppo_max_token_len_per_gpu": ReadBack("micro_batches", "micro-batches verl ran for the token budget"),
@@ -136,10 +157,7 @@ COMMON_READ_BACK = {
 }
 
 COMMON_REFUSED = {
-    "actor.use_kl_loss": Refused(False, "the reference's loss has no KL term (and no reference policy runs)"),
-    "actor.policy_loss.loss_mode": Refused("vanilla", "the reference computes verl's vanilla PPO-clip loss only"),
-    "actor.ppo_epochs": Refused(1, "the harness runs one update per step, as the reference does"),
-    "actor.rollout_n": Refused(1, "ppo_mini_batch_size counts sequences here: one response per prompt"),
+    "actor.shuffle": Refused(False, "the reference takes the mini-batches in order (Workload.mini_batches)"),
     "actor.optim.total_training_steps": TRAINER_SET,
     "model.lora_rank": Refused(0, "the reference trains every weight, not a LoRA adapter"),
     "model.use_fused_kernels": Refused(False, "verl's fused kernels need a GPU"),
@@ -153,7 +171,7 @@ FSDP = EngineKeys(
     backends=("fsdp", "fsdp2"),
     shared={**COMMON_SHARED, **FSDP_SCHEDULE, "actor.fsdp_config.mixed_precision.param_dtype": "dtype",
             "actor.fsdp_config.ulysses_sequence_parallel_size": "layout.ulysses"},
-    quiet_defaults=frozenset({*SCHEDULE_SHARED, *FSDP_SCHEDULE}),
+    quiet_defaults=frozenset({*SCHEDULE_SHARED, *FSDP_SCHEDULE, *RL_SHARED}),
     read_back={**COMMON_READ_BACK, **SCHEDULE_READ_BACK,
                "actor.fsdp_config.reshard_after_forward": ReadBack(
                    "fsdp_reshard", "reshard-after-forward of every FSDP unit (FSDP1: its sharding strategy)"),
@@ -299,7 +317,65 @@ def prepare(raw: dict[str, Any], keys: EngineKeys) -> tuple[dict[str, Any], list
             if key in keys.verl_none and flat[key] == keys.verl_none[key]:
                 flat[key] = None
     out[BLOCK] = flat
-    return out, problems
+    out, more = rl_step_keys(out)
+    return out, problems + more
+
+
+def _problem(key: str, message: str) -> tuple[str, str]:
+    return (f"{BLOCK}.{key}", message)
+
+
+def rl_step_keys(out: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The verl keys of the RL step that restate a workload field through arithmetic (see RL_SHARED's note): given
+    in the verl tree they set the field, given in both they must agree, given in neither verl's tree gets the
+    workload's value."""
+    flat, workload, problems = dict(out[BLOCK]), dict(out.get("workload") or {}), []
+    default = _field_default
+    # rollout_n: the workload's group_size (verl's 1: no group)
+    n_given = flat.get("actor.rollout_n")
+    group = workload.get("group_size")
+    if n_given is not None:
+        as_group = None if int(n_given) == 1 else int(n_given)
+        if "group_size" not in workload:
+            if as_group is not None:
+                workload["group_size"] = as_group
+        elif as_group != group:
+            problems.append(_problem("actor.rollout_n", f"{n_given!r} disagrees with the scenario's "
+                                                        f"workload.group_size {group!r}: give it once"))
+    n = int(workload.get("group_size") or 1)
+    # clip ratios: verl's clip_ratio_low / high (default 0.2 each) are the workload's clip_low / clip_high
+    clip = float(workload.get("clip_ratio", default("workload.clip_ratio")))
+    for side in ("low", "high"):
+        key, name = f"actor.clip_ratio_{side}", f"clip_ratio_{side}"
+        given = flat.get(key)
+        if given is None:
+            flat[key] = float(workload[name]) if workload.get(name) is not None else clip
+        elif workload.get(name) is None:
+            if float(given) != clip:
+                workload[name] = float(given)
+        elif float(given) != float(workload[name]):
+            problems.append(_problem(key, f"{given!r} disagrees with the scenario's workload.{name} "
+                                          f"{workload[name]!r}: give it once"))
+    # ppo_mini_batch_size: prompts per mini-batch; the workload's mini_batches = batch_size / (it x rollout_n)
+    batch = int(workload.get("batch_size", default("workload.batch_size")))
+    given = flat.get("actor.ppo_mini_batch_size")
+    if given is None:
+        flat["actor.ppo_mini_batch_size"] = batch // int(workload.get("mini_batches", 1)) // n
+    else:
+        sequences = int(given) * n
+        if batch % sequences:
+            problems.append(_problem("actor.ppo_mini_batch_size", f"{given!r} prompts x rollout_n {n} do not split "
+                                                                  f"the scenario's batch_size {batch} into whole "
+                                                                  "mini-batches"))
+        elif "mini_batches" not in workload:
+            if batch // sequences != 1:
+                workload["mini_batches"] = batch // sequences
+        elif int(workload["mini_batches"]) != batch // sequences:
+            problems.append(_problem("actor.ppo_mini_batch_size", f"{given!r} prompts x rollout_n {n} make "
+                                                                  f"{batch // sequences} mini-batches of the batch "
+                                                                  f"({batch}); the scenario's workload.mini_batches "
+                                                                  f"is {workload['mini_batches']!r}: give it once"))
+    return {**out, BLOCK: flat, **({"workload": workload} if workload else {})}, problems
 
 
 # ---- verl's Megatron engine (McoreActorConfig: actor.megatron is its McoreEngineConfig) --------------------------
@@ -324,7 +400,7 @@ MEGATRON_SCHEDULE = {"actor.optim.lr_decay_style": "workload.lr_scheduler_type"}
 
 MEGATRON = EngineKeys(
     backends=("megatron",),
-    quiet_defaults=frozenset({*SCHEDULE_SHARED, *MEGATRON_SCHEDULE}),
+    quiet_defaults=frozenset({*SCHEDULE_SHARED, *MEGATRON_SCHEDULE, *RL_SHARED}),
     shared={**COMMON_SHARED, **MEGATRON_SCHEDULE, "actor.megatron.dtype": "dtype",
             "actor.megatron.sequence_parallel": "layout.sequence_parallel",
             **{f"actor.megatron.{key}": field for key, field in _MEGATRON_SIZES.items()}},

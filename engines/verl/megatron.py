@@ -35,12 +35,13 @@ class VerlMegatronEngine(VerlEngine):
     def setup(self) -> None:
         super().setup()
         # once verl built its engine: its checkpoint manager takes the tokenizer as the processing class it saves
-        self.shims += shims.tokenizer_stand_in(self.configs.model)
+        self.shims += shims.tokenizer_stand_in(self.engine.model_config)
         self._spy_clipping()
 
     def teardown(self) -> None:
         from megatron.core import parallel_state
 
+        super().teardown()
         if self._clip_spy is not None:
             module, original = self._clip_spy
             module.clip_grad_by_total_norm_fp32 = original

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from parity.engines.verl.keys import DTYPE_NAMES, same_value
+from parity.engines.verl.keys import BLOCK, DTYPE_NAMES, same_value
 
 NOT_READ = object()
 """A key with no read-back that is not at verl's default: reported as not applied."""
@@ -127,23 +127,68 @@ def clip_threshold(engine: Any, key: str, requested: Any) -> Any:
 
 @rule("loss_config")
 def loss_config(engine: Any, key: str, requested: Any) -> Any:
-    """The value in the actor config verl's loss function was called with at each step (its effect on the loss is
-    judged numerically against the reference)."""
+    """The value in the actor config verl's loss function (ppo_loss) was called with, every call (observe.py; its
+    effect on the loss is judged numerically against the reference)."""
     name = key.rsplit(".", 1)[-1]
-    bound = engine.observed.loss_configs
-    if not bound or any(config is None for config in bound):
-        return "no actor config bound to verl's loss function"
-    return agreeing(requested, unanimous([getattr(config, name) for config in bound], name))
+    called = engine.observed.loss_configs
+    if not called:
+        return "verl's actor loss was never called"
+    return agreeing(requested, unanimous([getattr(config, name) for config in called], name))
+
+
+@rule("policy_loss_call")
+def policy_loss_call(engine: Any, key: str, requested: Any) -> Any:
+    """The argument the policy-loss function verl's registry returned was called with, every call: the clip ratios
+    in the config it got, the aggregation it was asked for, and which registered function it was."""
+    calls = engine.observed.policy_losses
+    if not calls:
+        return "verl's policy loss was never called"
+    name = key.rsplit(".", 1)[-1]
+    if key == "actor.clip_ratio":
+        values = [v for call in calls for v in (call.clip_ratio_low, call.clip_ratio_high)]
+        return agreeing(requested, unanimous(values, "clip ratios"))
+    return agreeing(requested, unanimous([getattr(call, name) for call in calls], name))
+
+
+@rule("kl_loss")
+def kl_loss(engine: Any, key: str, requested: Any) -> Any:
+    """Whether verl's actor loss computed a KL term (kl_penalty called), and with which kl type."""
+    types = engine.observed.kl_types
+    if key.endswith("use_kl_loss"):
+        return agreeing(requested, bool(types))
+    if not types:
+        return "verl's actor loss computed no KL term"
+    return agreeing(requested, unanimous(types, "kl types"))
+
+
+def _mini_batches(engine: Any) -> list[Any]:
+    return engine.observed.mini_batches
 
 
 @rule("global_batch")
 def global_batch(engine: Any, key: str, requested: Any) -> Any:
-    """The sequences each train_batch got over all data-parallel ranks: the harness's driver hands the global
-    batch to verl in one update per step, as verl's trainer does for a mini-batch of that size (checked in the
-    numbers by the sequence-mean loss modes, which divide by it)."""
-    rows = engine.observed.rows_per_train_batch
-    return agreeing(requested, unanimous(rows, "train_batch sizes") * engine.engine.get_data_parallel_size()
-                    if rows else "no train_batch observed")
+    """ppo_mini_batch_size (prompts) from the mini-batches verl's worker formed (train_mini_batch's make_iterator):
+    the rows of every mini-batch it yielded on this rank, times data parallel, over rollout.n responses each."""
+    formed = _mini_batches(engine)
+    if not formed:
+        return "no mini-batches observed"
+    rows = unanimous([r for f in formed for r in f.rows], "mini-batch sizes")
+    if isinstance(rows, str):
+        return rows
+    n = int(engine.tree[BLOCK].rollout.n)
+    sequences = rows * engine.engine.get_data_parallel_size()
+    return agreeing(requested, sequences / n if sequences % n else sequences // n)
+
+
+@rule("epochs")
+def epochs(engine: Any, key: str, requested: Any) -> Any:
+    """ppo_epochs from the passes verl's worker made over its batch: the rows make_iterator yielded per
+    update_actor over the rows it was given."""
+    formed = _mini_batches(engine)
+    if not formed:
+        return "no mini-batches observed"
+    passes = [sum(f.rows) / f.batch_rows for f in formed]
+    return agreeing(requested, unanimous([int(p) if p == int(p) else p for p in passes], "passes over the batch"))
 
 
 @rule("micro_batches")

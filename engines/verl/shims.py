@@ -53,7 +53,15 @@ CPU_RNG_STATE = Shim(
     "(get_rng_state skips the accelerator on 'cpu'). torch.cpu has no set_rng_state: it gets torch.set_rng_state, "
     "so the same state is set again")
 
-CPU_SHIMS = (PLATFORM, ENGINE_DEVICE, FSDP1_SYNC, PINNED_OFFLOAD, CPU_EMPTY_CACHE, CPU_RNG_STATE)
+CPU_MEMORY_STATS = Shim(
+    "cpu-memory-stats", "verl/utils/memory_utils.py aggressive_empty_cache (called by verl/workers/engine_workers.py "
+    "ActorRolloutRefWorker.init_model) and TrainingWorker._postprocess_output (perf/max_memory_*_gb metrics)",
+    "verl's worker reads the accelerator's allocator statistics for its cleanup log and its memory metrics; torch.cpu "
+    "has none (the CPU allocator keeps no device statistics), so torch.cpu gets memory_allocated / memory_reserved / "
+    "max_memory_allocated / max_memory_reserved answering 0. Only verl's logs and perf metrics read them; the "
+    "harness measures memory itself")
+
+CPU_SHIMS = (PLATFORM, ENGINE_DEVICE, FSDP1_SYNC, PINNED_OFFLOAD, CPU_EMPTY_CACHE, CPU_RNG_STATE, CPU_MEMORY_STATS)
 
 _applied: list[str] = []
 
@@ -92,7 +100,9 @@ def apply(device: str) -> list[str]:
         _unpinned_offload_policy()
         _cpu_empty_cache()
         _cpu_rng_state()
-        _applied.extend([FSDP1_SYNC.name, PINNED_OFFLOAD.name, CPU_EMPTY_CACHE.name, CPU_RNG_STATE.name])
+        _cpu_memory_stats()
+        _applied.extend([FSDP1_SYNC.name, PINNED_OFFLOAD.name, CPU_EMPTY_CACHE.name, CPU_RNG_STATE.name,
+                         CPU_MEMORY_STATS.name])
     return list(_applied)
 
 
@@ -129,6 +139,14 @@ def _cpu_rng_state() -> None:
 
     if not hasattr(torch.cpu, "set_rng_state"):
         torch.cpu.set_rng_state = torch.set_rng_state
+
+
+def _cpu_memory_stats() -> None:
+    import torch
+
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
+        if not hasattr(torch.cpu, name):
+            setattr(torch.cpu, name, lambda *args, **kwargs: 0)
 
 
 # ---- verl's Megatron engine (megatron-core through mbridge) on a CPU-only box -----------------------------------

@@ -72,6 +72,11 @@ class StepOutput:
     """The learning rate of every optimizer param group at this step's update, read back from the optimizer's own
     param groups as its step ran (the engine's scheduler set them), in the optimizer's group order. Compared with
     the workload's schedule (parity.harness.contract.schedule.lr_at); None = not reported (not compared)."""
+    updates: list[tuple[float, float]] | None = None
+    """(loss, pre-clip grad norm) of EVERY optimizer update of this step, in order, where the workload takes more
+    than one per step (Workload.updates_per_step: mini_batches x ppo_epochs); `loss` / `grad_norm` then repeat the
+    last. The other fields describe the step's last update (lr: every update of a step runs at one lr, the scheduler
+    steps once per step). None: the step took one update."""
 
 
 class Engine(ABC):

@@ -34,10 +34,43 @@ class StandIn:
 STAND_INS: tuple[StandIn, ...] = (
     StandIn("verl/workers/engine/megatron/utils.py", "set_random_seed",
             "shims.py MEGATRON_RNG_SEED seeds Megatron's RNG tracker on CPU where this function skips it",
-            {"3bbdb4adce55ec29": "verl 0.9.1", "52d05ab48d849142": "verl main 1dda039b9"}),
+            {"3bbdb4adce55ec29": "verl 0.9.1",
+             "52d05ab48d849142": "verl main 1dda039b9"}),
+    StandIn("verl/single_controller/base/decorator.py", "dispatch_nd_compute",
+            "controller.py LocalWorkerGroup: each rank runs its own dp chunk (Ray puts the chunks in its object store "
+            "and each actor gets one)",
+            {"73cf477e8876ac2e": "verl 0.9.1 and main 1dda039b9"}),
+    StandIn("verl/single_controller/base/decorator.py", "dispatch_lazy_compute_data_proto",
+            "controller.py LocalWorkerGroup: the dp rank of each global rank, dp size = max + 1",
+            {"a7fe9199abf1371d": "verl 0.9.1 and main 1dda039b9"}),
+    StandIn("verl/single_controller/base/decorator.py", "collect_nd_compute",
+            "controller.py LocalWorkerGroup: the collect ranks' outputs in global-rank order",
+            {"845a91263938a287": "verl 0.9.1 and main 1dda039b9"}),
+    StandIn("verl/trainer/ppo/ray_trainer.py", "RayPPOTrainer.fit",
+            "engine.py VerlEngine._data / train_step: the lines of fit that prepare a step's batch (temperature, uid, "
+            "global_token_num, token_level_rewards = scores) and the order of old log-prob, ref, advantage, update",
+            {"440a3a49c2cf4b78": "verl 0.9.1 and main 1dda039b9"}),
+    StandIn("verl/trainer/ppo/ray_trainer.py", "RayPPOTrainer._update_actor",
+            "called unbound on controller.TrainerView (the attributes it reads)",
+            {"340c4e2c93f07948": "verl 0.9.1 and main 1dda039b9"}),
+    StandIn("verl/trainer/ppo/ray_trainer.py", "RayPPOTrainer._compute_old_log_prob",
+            "called unbound on controller.TrainerView",
+            {"128307564cbc8968": "verl 0.9.1 and main 1dda039b9"}),
+    StandIn("verl/trainer/ppo/ray_trainer.py", "RayPPOTrainer._compute_ref_log_prob",
+            "called unbound on controller.TrainerView",
+            {"0e6abe608e0fb7da": "verl 0.9.1 and main 1dda039b9"}),
+    StandIn("verl/trainer/ppo/v1/trainer_base.py", "PPOTrainer._update_actor",
+            "verl's default (v1) trainer sets the meta keys of an update as RayPPOTrainer._update_actor, which the "
+            "harness runs; a change here means the two may differ",
+            {"cd7783aaa6ef6b14": "verl 0.9.1 and main 1dda039b9"}),
+    StandIn("verl/workers/engine_workers.py", "ActorRolloutRefWorker.init_model",
+            "engine.py trainer_config writes rollout.log_prob_* as the actor's (this asserts they agree on "
+            "use_dynamic_bsz and takes the inference micro-batching from them); observe.py spies ppo_loss here",
+            {"ccfec5589b8989bc": "verl 0.9.1 and main 1dda039b9"}),
     StandIn("verl/utils/megatron_utils.py", "load_megatron_model_to_gpu",
             "shims.py MODEL_ALREADY_ON_DEVICE skips it on verl's CPU platform",
-            {"28d213e1c48dca5e": "verl 0.9.1", "c6aa23c4f1597616": "verl main 1dda039b9"}),
+            {"28d213e1c48dca5e": "verl 0.9.1",
+             "c6aa23c4f1597616": "verl main 1dda039b9"}),
 )
 """Filled by `python -m parity.engines.verl.upstream` (prints each fingerprint of the verl it finds)."""
 

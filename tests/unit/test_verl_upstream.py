@@ -3,6 +3,7 @@ in the installed verl and in PARITY_VERL_SRC's tree; a changed function FAILs na
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 from pathlib import Path
@@ -37,18 +38,27 @@ def _copy(root: Path, stand_in: upstream.StandIn, into: Path) -> Path:
     return target
 
 
+def _function(text: str, qualname: str) -> ast.AST:
+    node: ast.AST = ast.parse(text)
+    for part in qualname.split("."):
+        node = next(n for n in node.body if getattr(n, "name", None) == part)  # type: ignore[attr-defined]
+    return node
+
+
 @pytest.mark.parametrize("stand_in", upstream.STAND_INS, ids=lambda s: s.name)
 def test_a_changed_function_fails_naming_it_and_a_reformatted_one_passes(stand_in, tmp_path):
     root = _installed_root()
     file = _copy(root, stand_in, tmp_path)
-    name = stand_in.qualname.rsplit(".", 1)[-1]
     text = file.read_text()
-    # clean twin: a comment and blank lines added inside the function change nothing that runs
-    file.write_text(text.replace(f"def {name}(", f"# reformatted\n\ndef {name}(", 1))
+    lines = text.splitlines(keepends=True)
+    first = _function(text, stand_in.qualname).body[0]  # type: ignore[attr-defined]
+    indent = " " * first.col_offset
+    at = first.lineno - 1
+    # clean twin: a comment and a blank line inside the function change nothing that runs
+    file.write_text("".join([*lines[:at], f"{indent}# reformatted\n", "\n", *lines[at:]]))
     assert upstream.stale(tmp_path, (stand_in,)) == []
-    # planted: one constant in the function changed, as an upstream edit would
-    head, _, body = text.partition(f"def {name}(")
-    file.write_text(head + f"def {name}(" + body.replace("):", "):\n    _parity_planted = 1", 1))
+    # planted: one statement added to the function, as an upstream edit would
+    file.write_text("".join([*lines[:at], f"{indent}_parity_planted = 1\n", *lines[at:]]))
     problems = upstream.stale(tmp_path, (stand_in,))
     assert len(problems) == 1 and stand_in.name in problems[0] and "changed" in problems[0]
     file.unlink()

@@ -165,6 +165,7 @@ class VerlEngine(Engine):
         """verl's trainer's _compute_old_log_prob: the actor worker's compute_log_prob, entropy on."""
         self.observed.phase = "infer"
         old, _mfu = self.trainer.compute_old_log_prob(self._data(batch))
+        self.observed.record_resting(self.engine.module, self.engine.optimizer)
         if self.ctx.rank != 0:
             return None
         return TokenOutputs(logprobs=old.batch["old_log_probs"].float().cpu(),
@@ -200,6 +201,7 @@ class VerlEngine(Engine):
             data.batch["advantages"] = batch.advantages.float()
         self.observed.phase = "train"
         out = self.trainer.update_actor(data)
+        self.observed.record_resting(self.engine.module, self.engine.optimizer)
         return self._step_result(out.meta_info["metrics"], workload)
 
     def _step_result(self, metrics: dict[str, Any], workload: Workload) -> StepOutput | None:

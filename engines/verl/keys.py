@@ -178,8 +178,10 @@ FSDP = EngineKeys(
                "actor.fsdp_config.mixed_precision.*": ReadBack(
                    "fsdp_mixed_precision", "the mixed-precision policy of every FSDP unit"),
                "actor.fsdp_config.model_dtype": ReadBack("master_dtype", "dtype of the sharded master parameters"),
-               "actor.fsdp_config.param_offload": ReadBack("engine_flag", "the engine's param-offload state"),
-               "actor.fsdp_config.optimizer_offload": ReadBack("engine_flag", "the engine's optimizer-offload state"),
+               "actor.fsdp_config.param_offload": ReadBack("resting_place", "where the parameters rest between "
+                                                                            "verl's phases"),
+               "actor.fsdp_config.optimizer_offload": ReadBack("resting_place", "where the optimizer's state rests "
+                                                                                "between verl's phases"),
                "actor.fsdp_config.offload_policy": ReadBack("fsdp_offload_policy",
                                                             "the offload policy of every FSDP2 unit"),
                "actor.fsdp_config.fsdp_size": ReadBack("fsdp_mesh", "the size of the mesh FSDP shards over"),

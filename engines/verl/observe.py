@@ -43,6 +43,16 @@ class Observations:
     """Per update_actor on this rank: the mini-batches verl's worker formed."""
     advantages: list[Any] = field(default_factory=list)
     """[B, R] advantages verl's compute_advantage made, per step."""
+    resting: dict[str, list[set[str]]] = field(default_factory=lambda: {"params": [], "optimizer": []})
+    """Between verl's phases (after each worker call): the device types the parameters and the optimizer's state
+    tensors rest on."""
+
+    def record_resting(self, module: Any, optimizer: Any) -> None:
+        self.resting["params"].append({p.device.type for p in module.parameters()})
+        states = [v for state in getattr(optimizer, "state", {}).values() for v in state.values()
+                  if isinstance(v, torch.Tensor)]
+        if states:
+            self.resting["optimizer"].append({t.device.type for t in states})
 
     def batching(self, phase: str) -> list[MicroBatching]:
         return [b for b in self.micro_batching if b.phase == phase]
@@ -53,6 +63,7 @@ class PolicyLossCall:
     loss_mode: str
     """The registry name the function is registered under (core_algos.POLICY_LOSS_REGISTRY)."""
     loss_agg_mode: str
+    clip_ratio: float | None
     clip_ratio_low: float | None
     clip_ratio_high: float | None
     clip_ratio_c: float | None
@@ -198,7 +209,6 @@ def watch_worker(seen: Observations) -> None:
     from verl.workers.utils import losses
 
     unwatch_worker()
-    names = {id(fn): name for name, fn in core_algos.POLICY_LOSS_REGISTRY.items()}
 
     def spy(owner: Any, name: str, make: Any) -> None:
         original = getattr(owner, name)
@@ -214,6 +224,8 @@ def watch_worker(seen: Observations) -> None:
     def get_policy_loss_fn(original: Any) -> Any:
         def resolved(name: str) -> Any:
             fn = original(name)
+            # the name the function is registered under now (a registry entry swapped after import shows as such)
+            names = {id(f): n for n, f in core_algos.POLICY_LOSS_REGISTRY.items()}
 
             @functools.wraps(fn)
             def policy_loss(*args: Any, **kwargs: Any) -> Any:
@@ -221,6 +233,7 @@ def watch_worker(seen: Observations) -> None:
                 seen.policy_losses.append(PolicyLossCall(
                     loss_mode=names.get(id(fn), getattr(fn, "__name__", repr(fn))),
                     loss_agg_mode=kwargs.get("loss_agg_mode"),
+                    clip_ratio=getattr(config, "clip_ratio", None),
                     clip_ratio_low=getattr(config, "clip_ratio_low", None),
                     clip_ratio_high=getattr(config, "clip_ratio_high", None),
                     clip_ratio_c=getattr(config, "clip_ratio_c", None)))

@@ -23,6 +23,9 @@ PLANTED = {
     "tests.data.planted_verl:TokenMeanLoss":
         "engine kwargs not applied as given: actor_rollout_ref.actor.loss_agg_mode requested "
         "'seq-mean-token-mean', effective 'token-mean'",
+    "tests.data.planted_verl:DropsTokenBudget":
+        "engine kwargs not applied as given: actor_rollout_ref.actor.ppo_max_token_len_per_gpu requested 40, "
+        "effective 'a micro-batch of",
 }
 #: planted engine -> checks of the numbers that must FAIL too (a read-back alone is not enough for a loss defect)
 NUMBERS = {"tests.data.planted_verl:TokenMeanLoss": ("loss rel diff at step 1",
@@ -55,3 +58,46 @@ def test_a_crash_inside_verl_is_an_error_with_verls_traceback(verl_runner):
     assert verdict.status == "ERROR", verdict.reasons
     assert "rank 1" in verdict.reasons[0] and "forward_backward_batch failed on rank 1" in verdict.reasons[0]
     assert "verl/workers/engine/base.py" in verdict.info["log_tail"]  # verl's own frames, in the rank's traceback
+
+
+# ---- verl's RL step (engines/verl/engine.py drives verl's worker and trainer): planted in verl's worker / trainer --
+RL_TWIN = "tiny-qwen3/verl_fsdp/dp2/fp32/cpu+packed+rlstep-grpo"
+
+
+def _reference_runs_the_rl_step() -> bool:
+    from parity.engines.specs import HF
+
+    return bool(HF.rl_step)
+
+
+needs_rl_reference = pytest.mark.skipif(not _reference_runs_the_rl_step(),
+                                        reason="the HF reference does not implement verl's RL step yet (hf spec "
+                                               "rl_step is empty): the numbers have nothing to be judged against")
+
+
+def rl_planted(engine: str):
+    return VERL[RL_TWIN].model_copy(update={"strategy": None, "engine": engine})
+
+
+def test_the_scheduler_stepped_per_mini_batch_fails_on_the_lr_read_back(verl_runner):
+    """Seen without the reference: the lr every update ran at is not the step's (the scheduler stepped per update)."""
+    verdict = verl_runner.run_scenario(rl_planted("tests.data.planted_verl:SchedulerPerMiniBatch"))
+    assert verdict.status == "FAIL"
+    assert any(reason.startswith("engine kwargs not applied as given: actor_rollout_ref.actor.optim.lr") and
+               "step 1 update 2" in reason for reason in verdict.reasons), verdict.reasons
+
+
+@needs_rl_reference
+def test_the_rl_twin_passes_with_every_key_read_back(verl_runner):
+    verdict = verl_runner.run_scenario(rl_planted("tests.data.planted_verl:CleanWorkerTwin"))
+    assert verdict.status == "PASS", verdict.reasons
+    assert verdict.metrics["applied_kwargs"]["actor_rollout_ref"] == VERL[RL_TWIN].actor_rollout_ref
+
+
+@needs_rl_reference
+@pytest.mark.parametrize("engine", ["AdvantagesOverTheBatch", "KLSignFlipped", "ClipHighIgnored",
+                                    "SchedulerPerMiniBatch"])
+def test_a_planted_rl_step_defect_fails_on_the_loss(verl_runner, engine):
+    verdict = verl_runner.run_scenario(rl_planted(f"tests.data.planted_verl:{engine}"))
+    assert verdict.status == "FAIL"
+    assert any(reason.startswith("loss rel diff") for reason in verdict.reasons), verdict.reasons

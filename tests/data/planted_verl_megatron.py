@@ -7,7 +7,7 @@ and PASS the second."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from parity.engines.verl.megatron import VerlMegatronEngine
 

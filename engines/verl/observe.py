@@ -48,7 +48,8 @@ class Observations:
     tensors rest on."""
 
     def record_resting(self, module: Any, optimizer: Any) -> None:
-        self.resting["params"].append({p.device.type for p in module.parameters()})
+        modules = module if isinstance(module, (list, tuple)) else [module]  # Megatron: its model chunks
+        self.resting["params"].append({p.device.type for m in modules for p in m.parameters()})
         states = [v for state in getattr(optimizer, "state", {}).values() for v in state.values()
                   if isinstance(v, torch.Tensor)]
         if states:

@@ -50,8 +50,10 @@ class Observations:
     def record_resting(self, module: Any, optimizer: Any) -> None:
         modules = module if isinstance(module, (list, tuple)) else [module]  # Megatron: its model chunks
         self.resting["params"].append({p.device.type for m in modules for p in m.parameters()})
-        states = [v for state in getattr(optimizer, "state", {}).values() for v in state.values()
-                  if isinstance(v, torch.Tensor)]
+        # torch's optimizer, or Megatron's (chained) ones around torch's: the state lives in the torch optimizers
+        inner = [getattr(o, "optimizer", o) for o in getattr(optimizer, "chained_optimizers", [optimizer])]
+        states = [v for o in inner if isinstance(getattr(o, "state", None), dict)
+                  for state in o.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
         if states:
             self.resting["optimizer"].append({t.device.type for t in states})
 

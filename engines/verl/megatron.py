@@ -36,6 +36,8 @@ class VerlMegatronEngine(VerlEngine):
         super().setup()
         # once verl built its engine: its checkpoint manager takes the tokenizer as the processing class it saves
         self.shims += shims.tokenizer_stand_in(self.engine.model_config)
+        if self.ref_worker is not None:  # verl's ref worker builds its own engine from its own model config
+            shims.tokenizer_stand_in(self.ref_worker.ref.engine.model_config)
         self._spy_clipping()
 
     def teardown(self) -> None:

@@ -28,6 +28,9 @@ class VerlConfigs:
     """verl.workers.config.FSDPActorConfig / McoreActorConfig (its `.engine` is the engine config)"""
     defaults: Mapping[str, Any]
     """verl's composed default for every flat key the scenario gives (None where verl has no such key)."""
+    tree: Any = None
+    """verl's whole trainer config (OmegaConf) the dataclasses were built from: what verl's worker and trainer
+    read."""
 
 
 class VerlConfigError(ValueError):
@@ -73,7 +76,7 @@ def build(config_name: str, flat: Mapping[str, Any], checkpoint: str | Path) -> 
     tree.model.path = str(checkpoint)
     if not _has_tokenizer(Path(checkpoint)):
         tree.model.load_tokenizer = False  # a tiny checkpoint has none; verl would fail to load it
-    return VerlConfigs(model=_dataclass(tree, "model"), actor=_dataclass(tree, "actor"), defaults=defaults)
+    return VerlConfigs(model=_dataclass(tree, "model"), actor=_dataclass(tree, "actor"), defaults=defaults, tree=cfg)
 
 
 def validate(config_name: str, flat: Mapping[str, Any]) -> dict[str, Any]:

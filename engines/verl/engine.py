@@ -1,37 +1,44 @@
-"""verl's own training engines as candidates: the engine object verl builds (`EngineRegistry.new` + `initialize()`)
-from verl's own config dataclasses, driven only through verl's public engine API (`eval_mode` / `infer_batch`,
-`train_mode` / `train_batch`, `lr_scheduler_step`), with verl's own actor loss (`ppo_loss`).
+"""verl's own training engines as candidates, driven as verl drives them: verl's worker (`ActorRolloutRefWorker`,
+its actor role holding verl's `TrainingWorker`, and its ref role for a KL loss) runs on every rank in-process, built
+from verl's own config tree (`init_model`), and verl's trainer steps run around it: `_compute_old_log_prob`,
+`_compute_ref_log_prob`, `compute_advantage`, `_update_actor` (verl/trainer/ppo/ray_trainer.py), which call the
+worker's `register`ed methods `compute_log_prob` / `compute_ref_log_prob` / `update_actor`. The worker binds verl's
+actor loss (`ppo_loss`) to the actor config, copies the engine-config fields from the actor and rollout sections,
+splits the step's batch into mini-batches (`train_mini_batch`: `global_token_num`, the scheduler stepped on the last
+mini-batch), and reduces the loss and metrics. engines/verl/controller.py runs verl's single controller per rank;
+what stands in for verl there is fingerprinted (engines/verl/upstream.py).
 
-The harness plays the part of verl's trainer and worker around the engine, doing what they do and no more
-(verl 0.9.1): the batch goes from verl's left/right-padded layout to its no-padding format with verl's
-`left_right_2_no_padding` (verl/trainer/ppo/ray_trainer.py `_update_actor`); the trainer's meta keys are set as
-`_update_actor` / `_compute_old_log_prob` set them; the engine-config fields the worker copies from the actor config
-are copied as `verl/workers/engine_workers.py` (ActorRolloutRefWorker.init_model) copies them; the per-call keys
-come from the engine config as `TrainingWorker.train_batch` / `infer_batch` inject them; the step's loss is the sum
-over micro-batches averaged over data parallel, as `TrainingWorker._postprocess_output` reports it. Results go to
-rank 0 in the harness's [B, R] layout via verl's `no_padding_2_padding`.
+The harness hands verl what verl's rollout would: the batch as a `DataProto` (left-padded prompts, right-padded
+responses), each response's outcome reward on its last real token (`token_level_rewards`, as verl's reward manager
+places it) with group ids (`uid`) for an adv_estimator row, or the workload's fixed advantages otherwise.
 
 Subclasses name the verl backend (its config, engine device and key table) and its read-backs.
 """
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
 
 from parity.engines.verl import keys as verl_keys
 from parity.engines.verl import shims, source
 from parity.engines.verl.keys import BLOCK, EngineKeys
 from parity.harness.contract.engine import Engine, StepOutput, TokenOutputs
 from parity.harness.contract.optim_state import zero_adam_moments
+from parity.harness.contract.schema import RL_STEP_FIELDS, Workload
 from parity.harness.contract.workload import Batch
 
 #: where verl's checkpoint manager writes inside a checkpoint directory
 VERL_DIR = "verl"
+
+
+def rl_step_row(workload: Workload) -> bool:
+    """Whether a row runs verl's RL step (any of its fields away from the default): its old log-probs are then the
+    step's own (verl's compute_log_prob with the step's starting weights), as the reference computes them; a classic
+    row trains every step against the first forward's log-probs (the harness's rollout)."""
+    return any(getattr(workload, name) != type(workload).model_fields[name].default for name in RL_STEP_FIELDS)
 
 
 class VerlEngine(Engine):
@@ -43,7 +50,7 @@ class VerlEngine(Engine):
 
     # ---- setup -----------------------------------------------------------------------------------------------
     def setup(self) -> None:
-        from parity.engines.verl import config, observe
+        from parity.engines.verl import config, controller, observe
 
         source.activate()
         device = self.ctx.scenario.device
@@ -55,39 +62,47 @@ class VerlEngine(Engine):
         self.shims += shims.apply(device)
         self.shims += self.backend_shims()
         self.configs = config.build(self.config_name, self.ctx.scenario.actor_rollout_ref, self.ctx.checkpoint)
-        actor = self.configs.actor
-        self.engine_config = actor.engine
-        self.configure_engine(actor, self.configs.model)
+        self.tree = self.trainer_config(self.configs.tree)
         observe.watch_builds()
+        self.observed = observe.Observations()
+        observe.watch_worker(self.observed)
         self.before_build()
-        from verl.workers.engine import EngineRegistry
+        workload = self.ctx.scenario.workload
+        self.ref_worker = controller.build_worker(self.tree[BLOCK], "ref") if workload.use_kl_loss else None
+        self.worker = controller.build_worker(self.tree[BLOCK], "actor")
+        self.engine = self.worker.actor.engine
+        self.engine_config = self.worker.actor.engine_config
+        self.trainer = controller.TrainerView(
+            config=self.tree, actor_rollout_wg=controller.LocalWorkerGroup(self.worker),
+            ref_policy_wg=controller.LocalWorkerGroup(self.ref_worker) if self.ref_worker is not None else None)
+        observe.observe(self.observed, self.engine, self.observed_module(), self.engine.optimizer)
 
-        self.engine = EngineRegistry.new(model_type="language_model", backend=self.engine_config.strategy,
-                                         model_config=self.configs.model, engine_config=self.engine_config,
-                                         optimizer_config=actor.optim, checkpoint_config=actor.checkpoint)
-        self.engine.initialize()
-        self.observed = observe.observe(self.engine, self.observed_module(), self.engine.optimizer)
-        self.lrs_after_step: list[float] = []
+    def trainer_config(self, tree: Any) -> Any:
+        """verl's whole trainer config as verl's trainer hands it to the worker: what verl's trainer writes into it
+        (the run's length: ray_trainer.py _create_dataloader writes total_training_steps), the RL step's settings
+        outside the actor section from the workload (algorithm.adv_estimator, rollout.n), and the rollout
+        section's log-prob micro-batching as the actor's (the rollout is not under test: verl's worker asserts
+        the two agree on use_dynamic_bsz and takes its inference micro-batches from there), and no balance_batch."""
+        from omegaconf import OmegaConf, open_dict
 
-    def configure_engine(self, actor: Any, model: Any) -> None:
-        """The engine-config fields verl's worker copies from the actor and model configs before it builds the
-        engine (verl/workers/engine_workers.py, ActorRolloutRefWorker.init_model and TrainingWorker.__init__).
-        Inference uses the actor's micro-batching (the worker would take the rollout section's log_prob_* keys,
-        which are not under test)."""
-        engine = self.engine_config
-        engine.use_dynamic_bsz = actor.use_dynamic_bsz
-        engine.max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu
-        engine.micro_batch_size_per_gpu = actor.ppo_micro_batch_size_per_gpu
-        engine.infer_max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu
-        engine.infer_micro_batch_size_per_gpu = actor.ppo_micro_batch_size_per_gpu
-        engine.use_remove_padding = model.get("use_remove_padding", False)
-        engine.use_fused_kernels = model.get("use_fused_kernels", False)
-        # verl's trainer writes the run's length into the optimizer config (verl/trainer/ppo/ray_trainer.py
-        # _create_dataloader): the schedulers decay over it and derive a warmup ratio's steps from it
-        actor.optim.total_training_steps = self.ctx.scenario.workload.steps
+        workload = self.ctx.scenario.workload
+        OmegaConf.set_struct(tree, False)
+        block = tree[BLOCK]
+        with open_dict(tree):
+            block.actor.optim.total_training_steps = workload.steps
+            block.rollout.n = workload.group_size or 1
+            block.rollout.log_prob_use_dynamic_bsz = block.actor.use_dynamic_bsz
+            block.rollout.log_prob_micro_batch_size_per_gpu = block.actor.ppo_micro_batch_size_per_gpu
+            block.rollout.log_prob_max_token_len_per_gpu = block.actor.ppo_max_token_len_per_gpu
+            if workload.adv_estimator is not None:
+                tree.algorithm.adv_estimator = workload.adv_estimator
+            # the contract's mini-batches are the batch's rows in order; verl's fit reorders rows across data
+            # parallel ranks only with balance_batch (ray_trainer.py _balance_batch), which this driver never calls
+            tree.trainer.balance_batch = False
+        return tree
 
     def before_build(self) -> None:
-        """Runs after verl is imported and configured, before its EngineRegistry builds the engine."""
+        """Runs after verl is imported and configured, before verl's worker builds the engine."""
 
     def backend_shims(self) -> list[str]:
         """The backend's own device shims (engines/verl/shims.py), applied once verl is imported and before verl
@@ -110,121 +125,114 @@ class VerlEngine(Engine):
         """Ranks one sequence is split over (verl's token budget is per rank times this)."""
         return 1
 
-    # ---- the data verl's trainer hands the worker -------------------------------------------------------------
-    def _tensordict(self, batch: Batch, extra: dict[str, torch.Tensor], meta: dict[str, Any]) -> Any:
-        """This data-parallel rank's rows in verl's no-padding format, with the meta keys the trainer and the
-        worker set."""
-        from tensordict import TensorDict
-        from verl.utils import tensordict_utils as tu
-        from verl.workers.utils.padding import left_right_2_no_padding
+    @property
+    def actor_config(self) -> Any:
+        """The actor config verl's worker built and bound its loss to (ActorRolloutRefWorker.init_model)."""
+        return self.worker.loss_fn.keywords["config"]
 
-        dp, rank = self.engine.get_data_parallel_size(), self.engine.get_data_parallel_rank()
-        rows = batch.input_ids.shape[0] // dp
-        local = slice(rank * rows, (rank + 1) * rows)
+    # ---- the batch verl's rollout hands its trainer -----------------------------------------------------------
+    def _data(self, batch: Batch, extra: dict[str, torch.Tensor] | None = None) -> Any:
+        """The whole batch as verl's trainer holds it after a rollout (a DataProto: left-padded prompts,
+        right-padded responses, the response mask), the same on every rank."""
+        import numpy as np
+        from verl import DataProto
+
         prompt = batch.prompt_len
-        tensors = {"input_ids": batch.input_ids[local], "attention_mask": batch.attention_mask[local],
-                   "position_ids": batch.position_ids[local], "response_mask": batch.response_mask[local],
-                   "prompts": batch.input_ids[local, :prompt], "responses": batch.input_ids[local, prompt:],
-                   **{k: v[local] for k, v in extra.items()}}
-        data = left_right_2_no_padding(TensorDict(tensors, batch_size=[rows]))
-        engine = self.engine_config
-        tu.assign_non_tensor(data, temperature=1.0, use_remove_padding=engine.use_remove_padding,
-                             use_dynamic_bsz=engine.use_dynamic_bsz, use_fused_kernels=engine.use_fused_kernels,
-                             **meta)
-        return data
+        tensors = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
+                   "position_ids": batch.position_ids, "response_mask": batch.response_mask,
+                   "prompts": batch.input_ids[:, :prompt], "responses": batch.input_ids[:, prompt:], **(extra or {})}
+        group = self.ctx.scenario.workload.group_size or 1
+        uid = np.array([f"prompt-{row // group}" for row in range(batch.input_ids.shape[0])], dtype=object)
+        # ray_trainer.py fit: the step's batch carries the rollout temperature, one uid per prompt shared by its
+        # rollout.n responses (gen_batch.repeat(interleave=True): a group's rows are consecutive), and its tokens
+        # per row (global_token_num, for verl's mfu metrics). trainer.balance_batch is off (trainer_config)
+        meta = {"temperature": self.tree[BLOCK].rollout.temperature, "images_seqlens": [],
+                "global_token_num": batch.attention_mask.sum(dim=-1).tolist()}
+        return DataProto.from_dict(tensors=tensors, non_tensors={"uid": uid}, meta_info=meta)
 
-    def _responses(self, out: Any, data: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """[rows, R] log-probs and entropy from an engine output, on ranks that hold outputs."""
-        from verl.workers.utils.padding import no_padding_2_padding
-
-        if out is None or not self.engine.is_mp_src_rank_with_outputs():
-            return None
-        model_output = out["model_output"]
-        return (no_padding_2_padding(model_output["log_probs"], data).float().cpu(),
-                no_padding_2_padding(model_output["entropy"], data).float().cpu())
-
-    def _gather_rows(self, piece: tuple[torch.Tensor, torch.Tensor] | None) -> list[torch.Tensor] | None:
-        """Every data-parallel rank's rows on rank 0, in data-parallel order."""
-        pieces: list[Any] = [None] * self.ctx.world_size
-        mine = None if piece is None else (self.engine.get_data_parallel_rank(), piece)
-        dist.all_gather_object(pieces, mine)
-        if self.ctx.rank != 0:
-            return None
-        by_rank: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        for item in pieces:
-            if item is not None:
-                by_rank.setdefault(item[0], item[1])
-        ordered = [by_rank[r] for r in sorted(by_rank)]
-        return [torch.cat([p[i] for p in ordered], dim=0) for i in range(2)]
+    @staticmethod
+    def outcome_rewards(batch: Batch) -> torch.Tensor:
+        """[B, R] token-level rewards: each response's reward on its last real token, where verl's reward manager
+        puts an outcome reward (verl/workers/reward_manager/naive.py: valid_response_length - 1)."""
+        assert batch.rewards is not None
+        scores = torch.zeros(batch.response_mask.shape, dtype=torch.float32)
+        last = batch.response_mask.sum(dim=1).long() - 1
+        scores[torch.arange(scores.shape[0]), last] = batch.rewards.float()
+        return scores
 
     # ---- the contract ---------------------------------------------------------------------------------------
     def forward(self, batch: Batch) -> TokenOutputs | None:
-        # verl/trainer/ppo/ray_trainer.py _compute_old_log_prob: entropy on, no loss
-        data = self._tensordict(batch, {}, {"calculate_entropy": True, "compute_loss": False,
-                                            "max_token_len_per_gpu": self.engine_config.infer_max_token_len_per_gpu,
-                                            "micro_batch_size_per_gpu":
-                                                self.engine_config.infer_micro_batch_size_per_gpu})
+        """verl's trainer's _compute_old_log_prob: the actor worker's compute_log_prob, entropy on."""
         self.observed.phase = "infer"
-        with self.engine.eval_mode():
-            out = self.engine.infer_batch(data, loss_function=None)
-        whole = self._gather_rows(self._responses(out, data))
-        return None if whole is None else TokenOutputs(logprobs=whole[0], entropy=whole[1])
-
-    def loss_function(self) -> Any:
-        """verl's actor loss, bound to the actor config as verl's worker binds it (engine_workers.py)."""
-        from verl.workers.utils.losses import ppo_loss
-
-        return functools.partial(ppo_loss, config=self.configs.actor)
-
-    def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput | None:
-        actor = self.configs.actor
-        # verl/trainer/ppo/ray_trainer.py _update_actor: the meta keys of an actor update
-        meta = {"calculate_entropy": bool(actor.calculate_entropy or actor.entropy_coeff != 0.0),
-                "global_batch_size": actor.ppo_mini_batch_size * actor.rollout_n, "compute_loss": True,
-                "max_token_len_per_gpu": self.engine_config.max_token_len_per_gpu,
-                "micro_batch_size_per_gpu": self.engine_config.micro_batch_size_per_gpu}
-        data = self._tensordict(batch, {"old_log_probs": old_logprobs.float(), "advantages": batch.advantages.float()},
-                                meta)
-        self.observed.phase = "train"
-        self.observed.rows_per_train_batch.append(len(data))
-        loss_function = self.loss_function()
-        self.observed.loss_configs.append(getattr(loss_function, "keywords", {}).get("config"))
-        with self.engine.train_mode():
-            out = self.engine.train_batch(data, loss_function=loss_function)
-        self.lrs_after_step.append(self.engine.lr_scheduler_step())
-        return self._step_result(out)
-
-    def _step_result(self, out: Any) -> StepOutput | None:
-        """Loss and pre-clip grad norm as verl's TrainingWorker reports them (sum over micro-batches, averaged over
-        data parallel), from a rank holding outputs, on rank 0."""
-        result = None
-        if self.engine.is_mp_src_rank_with_outputs():
-            losses = out["loss"]
-            total = torch.tensor(float(sum(losses)), dtype=torch.float64)
-            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.engine.get_data_parallel_group())
-            loss = float(total) / self.engine.get_data_parallel_size()
-            grad_norm = out["metrics"]["grad_norm"]
-            result = (loss, float(grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm))
-        results: list[Any] = [None] * self.ctx.world_size
-        dist.all_gather_object(results, result)
+        old, _mfu = self.trainer.compute_old_log_prob(self._data(batch))
+        self.observed.record_resting(self.engine.module, self.engine.optimizer)
         if self.ctx.rank != 0:
             return None
-        loss, grad_norm = next(r for r in results if r is not None)
-        # the lr every param group ran at, as observed at this step's optimizer.step() (observe.py)
+        return TokenOutputs(logprobs=old.batch["old_log_probs"].float().cpu(),
+                            entropy=old.batch["entropys"].float().cpu())
+
+    def train_step(self, batch: Batch, old_logprobs: torch.Tensor, step: int) -> StepOutput | None:
+        """One step of verl's trainer (ray_trainer.py fit): the step's old log-probs (an RL-step row; a classic
+        row's are the harness's rollout's), the reference policy's log-probs (KL loss), the advantages
+        (compute_advantage from the rewards, or the workload's), then update_actor: verl's worker splits the
+        batch into mini-batches and epochs and steps the scheduler after the last."""
+        from verl.trainer.ppo.ray_trainer import compute_advantage
+
+        workload = self.ctx.scenario.workload
+        data = self._data(batch)
+        self.observed.phase = "infer"
+        if rl_step_row(workload):
+            old, _mfu = self.trainer.compute_old_log_prob(data)
+            data = data.union(old)
+        else:
+            data.batch["old_log_probs"] = old_logprobs.float()
+        if self.ref_worker is not None:
+            data = data.union(self.trainer.compute_ref_log_prob(data))
+        if workload.adv_estimator is not None:
+            # ray_trainer.py fit: token_level_rewards are the scores (algorithm.use_kl_in_reward off)
+            data.batch["token_level_scores"] = self.outcome_rewards(batch)
+            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+            algorithm = self.tree.algorithm
+            data = compute_advantage(data, adv_estimator=algorithm.adv_estimator, gamma=algorithm.gamma,
+                                     lam=algorithm.lam, num_repeat=self.tree[BLOCK].rollout.n,
+                                     norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo, config=algorithm)
+            self.observed.advantages.append(data.batch["advantages"].float().cpu())
+        else:
+            data.batch["advantages"] = batch.advantages.float()
+        self.observed.phase = "train"
+        out = self.trainer.update_actor(data)
+        self.observed.record_resting(self.engine.module, self.engine.optimizer)
+        return self._step_result(out.meta_info["metrics"], workload)
+
+    def _step_result(self, metrics: dict[str, Any], workload: Workload) -> StepOutput | None:
+        """Each optimizer update's loss and pre-clip grad norm as verl's worker reduced them (train_mini_batch:
+        one entry per mini-batch and epoch, the loss summed over micro-batches and averaged over data parallel)."""
+        if self.ctx.rank != 0:
+            return None
+        losses, grad_norms = list(metrics["actor/loss"]), list(metrics["actor/grad_norm"])
+        updates = [(float(loss), float(norm)) for loss, norm in zip(losses, grad_norms, strict=True)]
+        # the lr every param group ran at, as observed at this step's last optimizer.step() (observe.py)
         lrs = [float(group["lr"]) for group in self.observed.optimizer_groups[-1]] \
             if self.observed.optimizer_groups else None
-        return StepOutput(loss=loss, grad_norm=grad_norm, lr=lrs)
+        loss, grad_norm = updates[-1]
+        return StepOutput(loss=loss, grad_norm=grad_norm, lr=lrs,
+                          updates=updates if workload.updates_per_step > 1 else None)
 
-    # ---- its checkpoint: verl's own, through the engine API as verl's worker calls it -----------------------------
+    def teardown(self) -> None:
+        from parity.engines.verl import observe
+
+        observe.unwatch_worker()
+
+    # ---- its checkpoint: verl's own, through verl's worker (its register'ed save / load, ONE_TO_ALL) -------------
     def save_checkpoint(self, directory: Path) -> None:
         """verl/workers/engine_workers.py save_checkpoint: the backend's checkpoint manager writes model, optimizer,
         lr scheduler and RNG states."""
         steps = len(self.observed.optimizer_groups)
-        self.engine.save_checkpoint(local_path=str(directory / VERL_DIR), global_step=steps)
+        self.worker.save_checkpoint(local_path=str(directory / VERL_DIR), global_step=steps)
 
     def load_checkpoint(self, directory: Path) -> None:
         self.before_load()
-        self.engine.load_checkpoint(local_path=str(directory / VERL_DIR), del_local_after_load=False)
+        self.worker.load_checkpoint(local_path=str(directory / VERL_DIR), del_local_after_load=False)
         if self.ctx.faults.active("resume_adam_moments_zeroed"):
             zero_adam_moments(self.engine.optimizer)
 
@@ -247,7 +255,8 @@ class VerlEngine(Engine):
 
     def run_provenance(self) -> dict[str, Any]:
         return {"verl": {**source.provenance(), "engine_class": type(self.engine).__module__ + "." +
-                         type(self.engine).__qualname__, "shims": self.shims,
+                         type(self.engine).__qualname__, "worker_class": type(self.worker).__module__ + "." +
+                         type(self.worker).__qualname__, "shims": self.shims,
                          "defaults_taken": sorted(k for k, v in self.ctx.scenario.actor_rollout_ref.items()
                                                   if verl_keys.same_value(v, self.configs.defaults.get(k)))}}
 

@@ -128,10 +128,18 @@ def master_dtype(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
     return _dtype_agreeing(requested, dtypes.pop()) if len(dtypes) == 1 else f"parameters in {sorted(map(str, dtypes))}"
 
 
-@rule("engine_flag")
-def engine_flag(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
-    what = "is_param_offload_enabled" if key.endswith("param_offload") else "is_optimizer_offload_enabled"
-    return agreeing(requested, bool(getattr(engine.engine, what)))
+@rule("resting_place")
+def resting_place(engine: VerlFSDPEngine, key: str, requested: Any) -> Any:
+    """Where the parameters (param_offload) or the optimizer's state (optimizer_offload) rest between verl's phases,
+    observed after every worker call: offloaded means on the CPU while the engine computes on an accelerator."""
+    what = "params" if key.endswith("param_offload") else "optimizer"
+    seen = engine.observed.resting[what]
+    if not seen:
+        return f"no {what} observed between phases"
+    if engine.ctx.scenario.device == "cpu":
+        return requested if not requested else ("on a CPU-only box everything rests on the CPU: nothing shows "
+                                                "whether verl offloaded it")
+    return agreeing(requested, all(devices == {"cpu"} for devices in seen))
 
 
 @rule("fsdp_offload_policy")

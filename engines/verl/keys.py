@@ -82,7 +82,10 @@ class EngineKeys:
 
 
 # ---- keys both engines share -------------------------------------------------------------------------------
-_NUMERIC = "verl's loss function reads it from the actor config; checked by the per-step loss against the reference"
+_NUMERIC = ("the actor config verl's loss function (ppo_loss) was called with; its effect is checked by the per-update "
+            "loss against the reference")
+_POLICY_LOSS = ("the arguments the policy-loss function verl's registry returned was called with (its config's clip "
+                "ratios, its loss_agg_mode), every call")
 
 #: the schedule keys every verl optimizer config has (verl/workers/config/optimizer.py OptimizerConfig): warmup, as
 #: the workload's. The decay is per backend: FSDP's lr_scheduler_type / min_lr_ratio, Megatron's lr_decay_style /
@@ -111,36 +114,49 @@ OPTIM_SHARED = {
 #: implements away from its default is its EngineSpec's `rl_step`; validation refuses the others there, so no
 #: refusal here can outlive the feature
 RL_STEP_SHARED = {
-    "actor.use_kl_loss": "workload.use_kl_loss",
+    "actor.clip_ratio_c": "workload.clip_ratio_c",
     "actor.policy_loss.loss_mode": "workload.policy_loss",
     "actor.ppo_epochs": "workload.ppo_epochs",
+    "actor.use_kl_loss": "workload.use_kl_loss",
+    "actor.kl_loss_coef": "workload.kl_loss_coef",
+    "actor.kl_loss_type": "workload.kl_loss_type",
 }
 assert {field.removeprefix("workload.") for field in RL_STEP_SHARED.values()} <= set(RL_STEP_FIELDS)
 
 COMMON_SHARED = {
     **OPTIM_SHARED,
     "actor.clip_ratio": "workload.clip_ratio",
-    "actor.clip_ratio_low": "workload.clip_ratio",
-    "actor.clip_ratio_high": "workload.clip_ratio",
     "actor.entropy_coeff": "workload.entropy_coeff",
     "actor.loss_agg_mode": "workload.loss_agg_mode",
-    "actor.ppo_mini_batch_size": "workload.batch_size",
     "model.use_remove_padding": "workload.packing",
     **RL_STEP_SHARED,
 }
+"""The RL step's keys (RL_STEP_SHARED) are written into verl's tree only away from the workload field's default,
+which is verl's own default too. `rl_step_keys` reconciles the ones that are no plain restatement: the clip ratios
+(verl's clip_ratio_low / high default to 0.2, the workload's to clip_ratio), `ppo_mini_batch_size` (prompts per
+mini-batch: batch_size / mini_batches / rollout_n) and `rollout_n` (the workload's group_size)."""
 
 COMMON_READ_BACK = {
     "actor.optim.lr": ReadBack("schedule", _SCHEDULE),
     "actor.optim.weight_decay": ReadBack("optimizer_group", "weight_decay of every optimizer param group"),
     "actor.optim.betas": ReadBack("optimizer_group", "betas of every optimizer param group"),
     "actor.optim.clip_grad": ReadBack("clip_threshold", "max_norm verl passed to its grad clipping, every step"),
-    "actor.clip_ratio": ReadBack("loss_config", _NUMERIC),
-    "actor.clip_ratio_low": ReadBack("loss_config", _NUMERIC),
-    "actor.clip_ratio_high": ReadBack("loss_config", _NUMERIC),
+    "actor.clip_ratio": ReadBack("policy_loss_call", _POLICY_LOSS),
+    "actor.clip_ratio_low": ReadBack("policy_loss_call", _POLICY_LOSS),
+    "actor.clip_ratio_high": ReadBack("policy_loss_call", _POLICY_LOSS),
+    "actor.clip_ratio_c": ReadBack("policy_loss_call", _POLICY_LOSS),
+    "actor.loss_agg_mode": ReadBack("policy_loss_call", _POLICY_LOSS),
+    "actor.policy_loss.loss_mode": ReadBack("policy_loss_call", "which function of verl's policy-loss registry "
+                                                                "verl's actor loss called"),
     "actor.entropy_coeff": ReadBack("loss_config", _NUMERIC),
-    "actor.loss_agg_mode": ReadBack("loss_config", _NUMERIC),
     "actor.calculate_entropy": ReadBack("loss_config", _NUMERIC),
-    "actor.ppo_mini_batch_size": ReadBack("global_batch", "sequences in each train_batch call over all ranks"),
+    "actor.kl_loss_coef": ReadBack("loss_config", _NUMERIC),
+    "actor.rollout_n": ReadBack("loss_config", _NUMERIC),
+    "actor.use_kl_loss": ReadBack("kl_loss", "whether verl's actor loss computed a KL term (kl_penalty called)"),
+    "actor.kl_loss_type": ReadBack("kl_loss", "the kl type verl's actor loss called kl_penalty with"),
+    "actor.ppo_epochs": ReadBack("epochs", "the passes verl's worker made over the step's batch (make_iterator)"),
+    "actor.ppo_mini_batch_size": ReadBack("global_batch", "the mini-batches verl's worker formed (make_iterator: "
+                                                          "rows of each x dp / rollout_n)"),
     "actor.ppo_micro_batch_size_per_gpu": ReadBack("micro_batches", "rows per micro-batch verl ran (loss count)"),
     "actor.use_dynamic_bsz": ReadBack("micro_batches", "whether verl split micro-batches by tokens"),
     "actor.ppo_max_token_len_per_gpu": ReadBack("micro_batches", "micro-batches verl ran for the token budget"),
@@ -160,7 +176,7 @@ OPTIM_REFUSED = {
 
 COMMON_REFUSED = {
     **OPTIM_REFUSED,
-    "actor.rollout_n": Refused(1, "ppo_mini_batch_size counts sequences here: one response per prompt"),
+    "actor.shuffle": Refused(False, "the reference takes the mini-batches in order (Workload.mini_batches)"),
     "model.lora_rank": Refused(0, "the reference trains every weight, not a LoRA adapter"),
     "model.use_fused_kernels": Refused(False, "verl's fused kernels need a GPU"),
     "model.use_liger": Refused(False, "liger kernels need a GPU"),
@@ -188,8 +204,10 @@ FSDP = EngineKeys(
                "actor.fsdp_config.mixed_precision.*": ReadBack(
                    "fsdp_mixed_precision", "the mixed-precision policy of every FSDP unit"),
                "actor.fsdp_config.model_dtype": ReadBack("master_dtype", "dtype of the sharded master parameters"),
-               "actor.fsdp_config.param_offload": ReadBack("engine_flag", "the engine's param-offload state"),
-               "actor.fsdp_config.optimizer_offload": ReadBack("engine_flag", "the engine's optimizer-offload state"),
+               "actor.fsdp_config.param_offload": ReadBack("resting_place", "where the parameters rest between "
+                                                                            "verl's phases"),
+               "actor.fsdp_config.optimizer_offload": ReadBack("resting_place", "where the optimizer's state rests "
+                                                                                "between verl's phases"),
                "actor.fsdp_config.offload_policy": ReadBack("fsdp_offload_policy",
                                                             "the offload policy of every FSDP2 unit"),
                "actor.fsdp_config.fsdp_size": ReadBack("fsdp_mesh", "the size of the mesh FSDP shards over"),

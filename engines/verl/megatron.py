@@ -35,12 +35,15 @@ class VerlMegatronEngine(VerlEngine):
     def setup(self) -> None:
         super().setup()
         # once verl built its engine: its checkpoint manager takes the tokenizer as the processing class it saves
-        self.shims += shims.tokenizer_stand_in(self.configs.model)
+        self.shims += shims.tokenizer_stand_in(self.engine.model_config)
+        if self.ref_worker is not None:  # verl's ref worker builds its own engine from its own model config
+            shims.tokenizer_stand_in(self.ref_worker.ref.engine.model_config)
         self._spy_clipping()
 
     def teardown(self) -> None:
         from megatron.core import parallel_state
 
+        super().teardown()
         if self._clip_spy is not None:
             module, original = self._clip_spy
             module.clip_grad_by_total_norm_fp32 = original

@@ -6,7 +6,11 @@
   `_clip_grads_with_norm_` that torch's and verl's FSDP2 clipping end in);
 - every optimizer param group's hyper-parameters at each `optimizer.step()`;
 - the micro-batches verl's `prepare_micro_batches` made for each call (rows and tokens of each, and whether it
-  split by tokens), spied in the module the engine's `forward_backward_batch` is defined in.
+  split by tokens), spied in the module the engine's `forward_backward_batch` is defined in;
+- the mini-batches verl's worker formed (`tensordict_utils.make_iterator`, called by `TrainingWorker.
+  train_mini_batch`): the size and epochs it was asked for and the rows of each mini-batch it yielded;
+- the arguments verl's actor loss was called with (`ppo_loss`'s config, the policy-loss function verl's registry
+  returned and its keyword arguments, `kl_penalty`'s type), and the advantages verl's `compute_advantage` made.
 """
 
 from __future__ import annotations
@@ -29,12 +33,54 @@ class Observations:
     phase: str = "setup"
     """'infer' or 'train' while the driver is in one (set by the engine)."""
     micro_batching: list[MicroBatching] = field(default_factory=list)
-    rows_per_train_batch: list[int] = field(default_factory=list)
     loss_configs: list[Any] = field(default_factory=list)
-    """The actor config verl's loss function was bound to, per train_batch."""
+    """The actor config verl's loss function (ppo_loss) was called with, per micro-batch."""
+    policy_losses: list[PolicyLossCall] = field(default_factory=list)
+    """Every call of the policy-loss function verl's registry returned (core_algos.get_policy_loss_fn)."""
+    kl_types: list[str] = field(default_factory=list)
+    """The kl_penalty type of every KL-loss computation verl's actor loss made."""
+    mini_batches: list[MiniBatches] = field(default_factory=list)
+    """Per update_actor on this rank: the mini-batches verl's worker formed."""
+    advantages: list[Any] = field(default_factory=list)
+    """[B, R] advantages verl's compute_advantage made, per step."""
+    resting: dict[str, list[set[str]]] = field(default_factory=lambda: {"params": [], "optimizer": []})
+    """Between verl's phases (after each worker call): the device types the parameters and the optimizer's state
+    tensors rest on."""
+
+    def record_resting(self, module: Any, optimizer: Any) -> None:
+        modules = module if isinstance(module, (list, tuple)) else [module]  # Megatron: its model chunks
+        self.resting["params"].append({p.device.type for m in modules for p in m.parameters()})
+        # torch's optimizer, or Megatron's (chained) ones around torch's: the state lives in the torch optimizers
+        inner = [getattr(o, "optimizer", o) for o in getattr(optimizer, "chained_optimizers", [optimizer])]
+        states = [v for o in inner if isinstance(getattr(o, "state", None), dict)
+                  for state in o.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+        if states:
+            self.resting["optimizer"].append({t.device.type for t in states})
 
     def batching(self, phase: str) -> list[MicroBatching]:
         return [b for b in self.micro_batching if b.phase == phase]
+
+
+@dataclass(frozen=True)
+class PolicyLossCall:
+    loss_mode: str
+    """The registry name the function is registered under (core_algos.POLICY_LOSS_REGISTRY)."""
+    loss_agg_mode: str
+    clip_ratio: float | None
+    clip_ratio_low: float | None
+    clip_ratio_high: float | None
+    clip_ratio_c: float | None
+
+
+@dataclass
+class MiniBatches:
+    mini_batch_size: int
+    """Rows per mini-batch on this rank, as verl's worker asked make_iterator for."""
+    epochs: int
+    batch_rows: int
+    """Rows of the batch on this rank it split."""
+    rows: list[int] = field(default_factory=list)
+    """Rows of each mini-batch make_iterator yielded, in order, over every epoch."""
 
 
 @dataclass(frozen=True)
@@ -154,9 +200,80 @@ def _spy_micro_batching(engine: Any, seen: Observations) -> None:
         module.prepare_micro_batches = spied_prepare
 
 
-def observe(engine: Any, module: torch.nn.Module, optimizer: Any) -> Observations:
+_WORKER_SPIES: list[tuple[Any, str, Any]] = []
+
+
+def watch_worker(seen: Observations) -> None:
+    """Spies on what verl's worker and actor loss do, installed before verl's worker builds (its loss is bound to
+    `engine_workers.ppo_loss` then). Each records its arguments into `seen` and calls through unchanged."""
+    from verl.trainer.ppo import core_algos
+    from verl.utils import tensordict_utils
+    from verl.workers import engine_workers
+    from verl.workers.utils import losses
+
+    unwatch_worker()
+
+    def spy(owner: Any, name: str, make: Any) -> None:
+        original = getattr(owner, name)
+        _WORKER_SPIES.append((owner, name, original))
+        setattr(owner, name, functools.wraps(original)(make(original)))
+
+    def ppo_loss(original: Any) -> Any:
+        def called(*args: Any, **kwargs: Any) -> Any:
+            seen.loss_configs.append(kwargs["config"] if "config" in kwargs else args[0])
+            return original(*args, **kwargs)
+        return called
+
+    def get_policy_loss_fn(original: Any) -> Any:
+        def resolved(name: str) -> Any:
+            fn = original(name)
+            # the name the function is registered under now (a registry entry swapped after import shows as such)
+            names = {id(f): n for n, f in core_algos.POLICY_LOSS_REGISTRY.items()}
+
+            @functools.wraps(fn)
+            def policy_loss(*args: Any, **kwargs: Any) -> Any:
+                config = kwargs.get("config")
+                seen.policy_losses.append(PolicyLossCall(
+                    loss_mode=names.get(id(fn), getattr(fn, "__name__", repr(fn))),
+                    loss_agg_mode=kwargs.get("loss_agg_mode"),
+                    clip_ratio=getattr(config, "clip_ratio", None),
+                    clip_ratio_low=getattr(config, "clip_ratio_low", None),
+                    clip_ratio_high=getattr(config, "clip_ratio_high", None),
+                    clip_ratio_c=getattr(config, "clip_ratio_c", None)))
+                return fn(*args, **kwargs)
+            return policy_loss
+        return resolved
+
+    def kl_penalty(original: Any) -> Any:
+        def called(*args: Any, **kwargs: Any) -> Any:
+            seen.kl_types.append(str(kwargs.get("kl_penalty", args[2] if len(args) > 2 else None)))
+            return original(*args, **kwargs)
+        return called
+
+    def make_iterator(original: Any) -> Any:
+        def called(tensordict: Any, mini_batch_size: Any, epochs: Any, *args: Any, **kwargs: Any) -> Any:
+            formed = MiniBatches(mini_batch_size=int(mini_batch_size), epochs=int(epochs),
+                                 batch_rows=int(tensordict.batch_size[0]))
+            seen.mini_batches.append(formed)
+            for mini_batch in original(tensordict, mini_batch_size, epochs, *args, **kwargs):
+                formed.rows.append(int(mini_batch.batch_size[0]))
+                yield mini_batch
+        return called
+
+    spy(engine_workers, "ppo_loss", ppo_loss)
+    spy(losses, "get_policy_loss_fn", get_policy_loss_fn)
+    spy(losses, "kl_penalty", kl_penalty)
+    spy(tensordict_utils, "make_iterator", make_iterator)
+
+
+def unwatch_worker() -> None:
+    while _WORKER_SPIES:
+        owner, name, original = _WORKER_SPIES.pop()
+        setattr(owner, name, original)
+
+
+def observe(seen: Observations, engine: Any, module: torch.nn.Module, optimizer: Any) -> Observations:
     """Start recording what verl's `engine`, its `module` and `optimizer` are given."""
-    seen = Observations()
     _ACTIVE.append(seen)
     _patch_clipping()
     _spy_micro_batching(engine, seen)

@@ -11,7 +11,47 @@ from typing import Any
 
 import torch
 
-from parity.engines.verl.keys import DTYPE_NAMES, same_value
+from parity.engines.verl.keys import BLOCK, DTYPE_NAMES, same_value
+
+OBSERVES: dict[str, str] = {
+    # readback.py
+    "optimizer_group": "every param group of the optimizer verl built, at each optimizer.step()",
+    "schedule": "the lr every param group ran at, at each optimizer.step()",
+    "clip_threshold": "the max_norm torch's grad clipping was called with",
+    "loss_config": "the actor config verl's ppo_loss was called with",
+    "policy_loss_call": "the arguments of the policy-loss function verl's registry returned",
+    "kl_loss": "whether and how verl's actor loss called kl_penalty",
+    "global_batch": "the mini-batches verl's worker formed (make_iterator)",
+    "epochs": "the passes verl's worker made over its batch (make_iterator)",
+    "micro_batches": "the micro-batches verl's prepare_micro_batches made",
+    "backend": "the engine class verl's EngineRegistry built",
+    "packed_path": "the input every forward of the built model received",
+    "gradient_checkpointing": "the built HF model",
+    "hf_config": "the built HF model's config",
+    # fsdp.py
+    "fsdp_reshard": "every FSDP unit verl built", "fsdp_mixed_precision": "every FSDP unit verl built",
+    "master_dtype": "the sharded parameters", "resting_place": "where parameters / optimizer state rest between "
+                                                               "phases",
+    "fsdp_offload_policy": "every FSDP2 unit", "fsdp_mesh": "the mesh the units shard over",
+    "ulysses": "verl's Ulysses device mesh", "fsdp_wrapped": "the modules that are FSDP units",
+    "fsdp_prefetch": "the FSDP units' prefetch", "fsdp1_orig_params": "the FSDP1 module",
+    "entropy_compiled": "verl's entropy function object",
+    # megatron.py
+    "mcore_transformer": "every model chunk's TransformerConfig", "mcore_ddp": "every chunk's DDP config",
+    "mcore_optimizer": "Megatron's OptimizerConfig verl built", "mcore_clip": "the OptimizerConfig and the max_norm "
+                                                                              "Megatron clipped with",
+    "mcore_weight_decay": "the OptimizerConfig and every decaying param group",
+    "mcore_parallel": "megatron.core.parallel_state's groups", "mcore_sequence_parallel": "every chunk's "
+                                                                                         "TransformerConfig",
+    "mcore_dtype": "every parameter and the TransformerConfig", "mcore_distributed_optimizer": "the optimizer class "
+                                                                                              "and DDP configs",
+    "mcore_bridge": "the bridge module verl built with", "mcore_scheduler_checkpoint": "Megatron's scheduler and "
+                                                                                      "verl's checkpoint manager",
+    "mcore_recompute": "every chunk's TransformerConfig",
+}
+"""Every read-back rule and the object verl built or the call verl made that it reads: a rule reads what verl did,
+never the scenario or a value the harness set (tests/unit/test_verl_readback_observes.py fails on a rule missing
+here and on one that answers the request whatever verl did)."""
 
 NOT_READ = object()
 """A key with no read-back that is not at verl's default: reported as not applied."""
@@ -103,20 +143,22 @@ def optimizer_group(engine: Any, key: str, requested: Any) -> Any:
 @rule("schedule")
 def schedule(engine: Any, key: str, requested: Any) -> Any:
     """The lr and the schedule keys restate the workload's schedule (lr its peak): what verl did with them is the
-    learning rate every param group of its optimizer ran at, at every step, against that schedule (the judge also
-    checks each step)."""
+    learning rate every param group of its optimizer ran at, at every optimizer update, against that schedule: every
+    update of a training step at the step's lr (the judge also checks each step)."""
     from parity.harness.contract.schedule import describe, lr_at
 
     workload = engine.ctx.scenario.workload
     steps = engine.observed.optimizer_groups
     if not steps:
         return "no optimizer step observed"
-    for number, groups in enumerate(steps, start=1):
+    per_step = workload.updates_per_step
+    for index, groups in enumerate(steps):
+        number, update = index // per_step + 1, index % per_step + 1
         expected = lr_at(workload, number)
         for group in groups:
             if abs(group["lr"] - expected) > 1e-6 * workload.lr:
-                return (f"lr {group['lr']:.6g} at step {number}, the schedule's {expected:.6g} "
-                        f"({describe(workload)})")
+                return (f"lr {group['lr']:.6g} at step {number} update {update}, the schedule's {expected:.6g} "
+                        f"({describe(workload)}; the scheduler steps once per training step)")
     return requested
 
 
@@ -127,23 +169,65 @@ def clip_threshold(engine: Any, key: str, requested: Any) -> Any:
 
 @rule("loss_config")
 def loss_config(engine: Any, key: str, requested: Any) -> Any:
-    """The value in the actor config verl's loss function was called with at each step (its effect on the loss is
-    judged numerically against the reference)."""
+    """The value in the actor config verl's loss function (ppo_loss) was called with, every call (observe.py; its
+    effect on the loss is judged numerically against the reference)."""
     name = key.rsplit(".", 1)[-1]
-    bound = engine.observed.loss_configs
-    if not bound or any(config is None for config in bound):
-        return "no actor config bound to verl's loss function"
-    return agreeing(requested, unanimous([getattr(config, name) for config in bound], name))
+    called = engine.observed.loss_configs
+    if not called:
+        return "verl's actor loss was never called"
+    return agreeing(requested, unanimous([getattr(config, name) for config in called], name))
+
+
+@rule("policy_loss_call")
+def policy_loss_call(engine: Any, key: str, requested: Any) -> Any:
+    """The argument the policy-loss function verl's registry returned was called with, every call: the clip ratios
+    in the config it got, the aggregation it was asked for, and which registered function it was."""
+    calls = engine.observed.policy_losses
+    if not calls:
+        return "verl's policy loss was never called"
+    name = key.rsplit(".", 1)[-1]
+    return agreeing(requested, unanimous([getattr(call, name) for call in calls], name))
+
+
+@rule("kl_loss")
+def kl_loss(engine: Any, key: str, requested: Any) -> Any:
+    """Whether verl's actor loss computed a KL term (kl_penalty called), and with which kl type."""
+    types = engine.observed.kl_types
+    if key.endswith("use_kl_loss"):
+        return agreeing(requested, bool(types))
+    if not types:
+        return "verl's actor loss computed no KL term"
+    return agreeing(requested, unanimous(types, "kl types"))
+
+
+def _mini_batches(engine: Any) -> list[Any]:
+    return engine.observed.mini_batches
 
 
 @rule("global_batch")
 def global_batch(engine: Any, key: str, requested: Any) -> Any:
-    """The sequences each train_batch got over all data-parallel ranks: the harness's driver hands the global
-    batch to verl in one update per step, as verl's trainer does for a mini-batch of that size (checked in the
-    numbers by the sequence-mean loss modes, which divide by it)."""
-    rows = engine.observed.rows_per_train_batch
-    return agreeing(requested, unanimous(rows, "train_batch sizes") * engine.engine.get_data_parallel_size()
-                    if rows else "no train_batch observed")
+    """ppo_mini_batch_size (prompts) from the mini-batches verl's worker formed (train_mini_batch's make_iterator):
+    the rows of every mini-batch it yielded on this rank, times data parallel, over rollout.n responses each."""
+    formed = _mini_batches(engine)
+    if not formed:
+        return "no mini-batches observed"
+    rows = unanimous([r for f in formed for r in f.rows], "mini-batch sizes")
+    if isinstance(rows, str):
+        return rows
+    n = int(engine.tree[BLOCK].rollout.n)
+    sequences = rows * engine.engine.get_data_parallel_size()
+    return agreeing(requested, sequences / n if sequences % n else sequences // n)
+
+
+@rule("epochs")
+def epochs(engine: Any, key: str, requested: Any) -> Any:
+    """ppo_epochs from the passes verl's worker made over its batch: the rows make_iterator yielded per
+    update_actor over the rows it was given."""
+    formed = _mini_batches(engine)
+    if not formed:
+        return "no mini-batches observed"
+    passes = [sum(f.rows) / f.batch_rows for f in formed]
+    return agreeing(requested, unanimous([int(p) if p == int(p) else p for p in passes], "passes over the batch"))
 
 
 @rule("micro_batches")

@@ -37,6 +37,10 @@ def errors(scenario: Any, config_name: str, keys: EngineKeys) -> list[tuple[str,
     flat: dict[str, Any] = scenario.actor_rollout_ref
     if scenario.workload.loss != "grpo":
         return [("workload.loss", "the verl engines train with verl's actor loss (ppo_loss): use loss grpo")]
+    if scenario.workload.adv_estimator == "gae":
+        return [("workload.adv_estimator", "gae needs verl's critic (a value model trained beside the actor, "
+                                           "verl/workers/engine_workers.py has no critic role here): the verl "
+                                           "engines run grpo, rloo and reinforce_plus_plus")]
     strategy = flat.get("actor.strategy", keys.backends[0])
     if strategy not in keys.backends:
         return [(f"{BLOCK}.actor.strategy", f"{scenario.engine_label} builds verl's {' / '.join(keys.backends)} "

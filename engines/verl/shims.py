@@ -53,7 +53,15 @@ CPU_RNG_STATE = Shim(
     "(get_rng_state skips the accelerator on 'cpu'). torch.cpu has no set_rng_state: it gets torch.set_rng_state, "
     "so the same state is set again")
 
-CPU_SHIMS = (PLATFORM, ENGINE_DEVICE, FSDP1_SYNC, PINNED_OFFLOAD, CPU_EMPTY_CACHE, CPU_RNG_STATE)
+CPU_MEMORY_STATS = Shim(
+    "cpu-memory-stats", "verl/utils/memory_utils.py aggressive_empty_cache (called by verl/workers/engine_workers.py "
+    "ActorRolloutRefWorker.init_model) and TrainingWorker._postprocess_output (perf/max_memory_*_gb metrics)",
+    "verl's worker reads the accelerator's allocator statistics for its cleanup log and its memory metrics; torch.cpu "
+    "has none (the CPU allocator keeps no device statistics), so torch.cpu gets memory_allocated / memory_reserved / "
+    "max_memory_allocated / max_memory_reserved answering 0. Only verl's logs and perf metrics read them; the "
+    "harness measures memory itself")
+
+CPU_SHIMS = (PLATFORM, ENGINE_DEVICE, FSDP1_SYNC, PINNED_OFFLOAD, CPU_EMPTY_CACHE, CPU_RNG_STATE, CPU_MEMORY_STATS)
 
 _applied: list[str] = []
 
@@ -92,7 +100,9 @@ def apply(device: str) -> list[str]:
         _unpinned_offload_policy()
         _cpu_empty_cache()
         _cpu_rng_state()
-        _applied.extend([FSDP1_SYNC.name, PINNED_OFFLOAD.name, CPU_EMPTY_CACHE.name, CPU_RNG_STATE.name])
+        _cpu_memory_stats()
+        _applied.extend([FSDP1_SYNC.name, PINNED_OFFLOAD.name, CPU_EMPTY_CACHE.name, CPU_RNG_STATE.name,
+                         CPU_MEMORY_STATS.name])
     return list(_applied)
 
 
@@ -129,6 +139,14 @@ def _cpu_rng_state() -> None:
 
     if not hasattr(torch.cpu, "set_rng_state"):
         torch.cpu.set_rng_state = torch.set_rng_state
+
+
+def _cpu_memory_stats() -> None:
+    import torch
+
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
+        if not hasattr(torch.cpu, name):
+            setattr(torch.cpu, name, lambda *args, **kwargs: 0)
 
 
 # ---- verl's Megatron engine (megatron-core through mbridge) on a CPU-only box -----------------------------------
@@ -214,8 +232,19 @@ MODEL_ALREADY_ON_DEVICE = Shim(
     "are zeroed between the step and the save). On the CPU platform, with offloading refused, there is nothing to "
     "load: verl's Megatron engine skips it, as on an accelerator without offload")
 
-MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK, THD_ATTENTION, NO_TOKENIZER,
-                      EMULATED_NPU_AVAILABLE, FAST_ALIASES_WITHOUT_TORCHVISION, FRESH_OPTIMIZER_STATE,
+MEGATRON_RNG_SEED = Shim(
+    "megatron-rng-seed-on-cpu", "verl/workers/engine/megatron/utils.py set_random_seed (called by "
+    "verl/workers/engine/megatron/transformer_impl.py MegatronEngine.__init__)",
+    "verl seeds Megatron's model-parallel RNG tracker (tensor_parallel.model_parallel_cuda_manual_seed, which "
+    "Megatron's layers fork at build) only where it finds an accelerator. verl main tests `is_cuda_available or "
+    "is_npu_available` and skips it on CPU; verl 0.9.1 tests the function object `is_device_available` (always true) "
+    "and seeds it on CPU too. After verl's own set_random_seed, on verl's CPU platform, a tracker verl left unseeded "
+    "is seeded with the same call verl makes on an accelerator, with verl's seed (the tracker runs on the CPU "
+    "generator under megatron-core-cpu). Needed by verl main; a no-op on 0.9.1, which seeds it itself")
+
+MEGATRON_CPU_SHIMS = (MEGATRON_CPU, MEGATRON_RNG_SEED, MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK,
+                      THD_ATTENTION, NO_TOKENIZER, EMULATED_NPU_AVAILABLE, FAST_ALIASES_WITHOUT_TORCHVISION,
+                      FRESH_OPTIMIZER_STATE,
                       MODEL_ALREADY_ON_DEVICE)
 
 
@@ -245,7 +274,7 @@ def apply_megatron(device: str, local_spec: bool = True) -> tuple[list[str], Any
     patches.apply()
     from verl.utils.device import get_device_name
 
-    applied = [MEGATRON_CPU, *([MODEL_ALREADY_ON_DEVICE] if get_device_name() == "cpu" else [])]
+    applied = [MEGATRON_CPU, *([MODEL_ALREADY_ON_DEVICE, MEGATRON_RNG_SEED] if get_device_name() == "cpu" else [])]
     if local_spec:
         applied += [MBRIDGE_LOCAL_SPEC, MBRIDGE_NORM_NAMES, BSHD_MASK]
         if _thd_attention_class() is not None:
@@ -315,6 +344,7 @@ def _megatron_cpu_class() -> type:
 
             self._set(transformer_impl, "load_megatron_model_to_gpu",
                       _on_the_only_device(transformer_impl.load_megatron_model_to_gpu))
+            self._set(transformer_impl, "set_random_seed", _seeding_the_tracker(transformer_impl.set_random_seed))
             if not self.local_spec:
                 return
             from mbridge.core import bridge, llm_bridge
@@ -336,6 +366,24 @@ def _on_the_only_device(original: Any) -> Any:
         return None if get_device_name() == "cpu" else original(*args, **kwargs)
 
     return load
+
+
+def _seeding_the_tracker(original: Any) -> Any:
+    """verl's set_random_seed as verl's Megatron engine calls it, then, on verl's CPU platform, the tracker seeding
+    verl does on an accelerator where verl skipped it (MEGATRON_RNG_SEED)."""
+    from verl.utils.device import get_device_name
+
+    @functools.wraps(original)
+    def seeded(seed: int, *args: Any, **kwargs: Any) -> Any:
+        result = original(seed, *args, **kwargs)
+        if get_device_name() == "cpu":
+            from megatron.core import tensor_parallel
+
+            if not tensor_parallel.get_cuda_rng_tracker().get_states():
+                tensor_parallel.model_parallel_cuda_manual_seed(seed)
+        return result
+
+    return seeded
 
 
 #: local-spec norm name -> the TE fused name mbridge's mappings use for the same weight

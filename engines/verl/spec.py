@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from parity.engines.megatron.spec import MEGATRON_CORE, MEGATRON_DIMS, MEGATRON_DIST_CKPT, MEGATRON_MEMORY
 from parity.engines.mindspeed.spec import MINDSPEED, MINDSPEED_PRELOAD, TORCH_NPU
+from parity.harness.contract.schema import RL_STEP_FIELDS
 from parity.harness.contract.spec import LOSS_AGG_MODES, PACKINGS, EngineSpec, MemoryTraits, Requirement
 
 #: the verl engines' forkserver preload: engines/verl/warm.py chooses verl's platform, then imports verl's engines
@@ -15,7 +16,7 @@ VERL_FSDP = EngineSpec(
     name="verl_fsdp", engine="parity.engines.verl.fsdp:VerlFSDPEngine",
     summary="verl's own FSDPEngineWithLMHead (FSDP2 / FSDP1) from verl's config, driven by verl's engine API",
     dims=frozenset({"dp", "ulysses"}), kwargs_blocks=("actor_rollout_ref",), dtypes=("fp32", "bf16"),
-    loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS, checkpoints=("resume", "convert"),
+    loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS, checkpoints=("resume", "convert"), rl_step=RL_STEP_FIELDS,
     prepare="parity.engines.verl.rules:prepare_fsdp",
     rules="parity.engines.verl.rules:fsdp_errors", environment_check="parity.engines.verl.source:problem",
     # verl builds on meta except rank 0, which loads on the host; fsdp2_load_full_state_dict broadcasts
@@ -32,7 +33,7 @@ VERL_MEGATRON = EngineSpec(
     summary="verl's own MegatronEngineWithLMHead (megatron-core through mbridge) from verl's config, driven by "
             "verl's engine API",
     dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
-    packings=PACKINGS, checkpoints=("resume",), checkpoint_check=MEGATRON_DIST_CKPT,
+    packings=PACKINGS, checkpoints=("resume",), checkpoint_check=MEGATRON_DIST_CKPT, rl_step=RL_STEP_FIELDS,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
     memory=MEGATRON_MEMORY,
     requires=(MEGATRON_CORE, MBRIDGE), environment_check="parity.engines.verl.source:problem",
@@ -42,7 +43,7 @@ VERL_MINDSPEED = EngineSpec(
     name="verl_mindspeed", engine="parity.engines.verl.megatron:VerlMindSpeedEngine",
     summary="verl's MindspeedEngineWithLMHead (its Megatron engine with MindSpeed's repatch), Ascend NPU",
     dims=MEGATRON_DIMS, kwargs_blocks=("actor_rollout_ref",), dtypes=("bf16",), loss_agg_modes=LOSS_AGG_MODES,
-    packings=PACKINGS,
+    packings=PACKINGS, rl_step=RL_STEP_FIELDS,
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
     memory=MEGATRON_MEMORY,
     requires=(TORCH_NPU, MINDSPEED, Requirement(module="mindspeed.megatron_adaptor",

@@ -464,4 +464,62 @@ def prepare_tree(raw: dict[str, Any], keys: EngineKeys) -> tuple[dict[str, Any],
             if key in keys.verl_none and flat[key] == keys.verl_none[key]:
                 flat[key] = None
     out[BLOCK] = flat
-    return out, problems
+    out, more = rl_step_keys(out)
+    return out, problems + more
+
+
+def _problem(key: str, message: str) -> tuple[str, str]:
+    return (f"{BLOCK}.{key}", message)
+
+
+def rl_step_keys(out: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The verl keys of the RL step that restate a workload field through arithmetic (see RL_SHARED's note): given
+    in the verl tree they set the field, given in both they must agree, given in neither verl's tree gets the
+    workload's value."""
+    flat, workload, problems = dict(out[BLOCK]), dict(out.get("workload") or {}), []
+    default = _field_default
+    # rollout_n: the workload's group_size (verl's 1: no group)
+    n_given = flat.get("actor.rollout_n")
+    group = workload.get("group_size")
+    if n_given is not None:
+        as_group = None if int(n_given) == 1 else int(n_given)
+        if "group_size" not in workload:
+            if as_group is not None:
+                workload["group_size"] = as_group
+        elif as_group != group:
+            problems.append(_problem("actor.rollout_n", f"{n_given!r} disagrees with the scenario's "
+                                                        f"workload.group_size {group!r}: give it once"))
+    n = int(workload.get("group_size") or 1)
+    # clip ratios: verl's clip_ratio_low / high (default 0.2 each) are the workload's clip_low / clip_high
+    clip = float(workload.get("clip_ratio", default("workload.clip_ratio")))
+    for side in ("low", "high"):
+        key, name = f"actor.clip_ratio_{side}", f"clip_ratio_{side}"
+        given = flat.get(key)
+        if given is None:
+            flat[key] = float(workload[name]) if workload.get(name) is not None else clip
+        elif workload.get(name) is None:
+            if float(given) != clip:
+                workload[name] = float(given)
+        elif float(given) != float(workload[name]):
+            problems.append(_problem(key, f"{given!r} disagrees with the scenario's workload.{name} "
+                                          f"{workload[name]!r}: give it once"))
+    # ppo_mini_batch_size: prompts per mini-batch; the workload's mini_batches = batch_size / (it x rollout_n)
+    batch = int(workload.get("batch_size", default("workload.batch_size")))
+    given = flat.get("actor.ppo_mini_batch_size")
+    if given is None:
+        flat["actor.ppo_mini_batch_size"] = batch // int(workload.get("mini_batches", 1)) // n
+    else:
+        sequences = int(given) * n
+        if batch % sequences:
+            problems.append(_problem("actor.ppo_mini_batch_size", f"{given!r} prompts x rollout_n {n} do not split "
+                                                                  f"the scenario's batch_size {batch} into whole "
+                                                                  "mini-batches"))
+        elif "mini_batches" not in workload:
+            if batch // sequences != 1:
+                workload["mini_batches"] = batch // sequences
+        elif int(workload["mini_batches"]) != batch // sequences:
+            problems.append(_problem("actor.ppo_mini_batch_size", f"{given!r} prompts x rollout_n {n} make "
+                                                                  f"{batch // sequences} mini-batches of the batch "
+                                                                  f"({batch}); the scenario's workload.mini_batches "
+                                                                  f"is {workload['mini_batches']!r}: give it once"))
+    return {**out, BLOCK: flat, **({"workload": workload} if workload else {})}, problems

@@ -7,7 +7,7 @@ and PASS the second."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from parity.engines.verl.megatron import VerlMegatronEngine
 
@@ -39,8 +39,8 @@ def _register(device: str, drop: str | None) -> None:
 class _PlantedVerlEngine(VerlMegatronEngine):
     drop: ClassVar[str | None] = None
 
-    def configure_engine(self, actor: Any, model: Any) -> None:
-        super().configure_engine(actor, model)
+    def before_build(self) -> None:
+        super().before_build()
         _register(self.engine_device, self.drop)
 
 

@@ -328,7 +328,8 @@ def test_an_rl_step_key_is_refused_by_the_engine_spec_only(write_yaml, engine, k
     """A verl engine's RL-step key away from its default: taken where the spec implements it, refused naming the
     engine's spec where not, never by the key table."""
     field = verl_keys.RL_STEP_SHARED[key].removeprefix("workload.")
-    value = {"use_kl_loss": True, "policy_loss": "gspo", "ppo_epochs": 2}[field]
+    value = {"use_kl_loss": True, "policy_loss": "gspo", "ppo_epochs": 2, "clip_ratio_c": 2.5, "kl_loss_coef": 0.05,
+             "kl_loss_type": "k2"}[field]
     assert Workload.model_fields[field].default != value
     scenario = _load(write_yaml, {"strategy": engine, "actor_rollout_ref": {key: value}}, loss="grpo")
     assert getattr(scenario.workload, field) == value

@@ -57,9 +57,9 @@ def test_keys_outside_actor_and_model_are_refused():
 def test_a_verl_key_sets_the_scenario_field_it_restates():
     out, problems = prepare({"actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}, "clip_ratio_high": 0.28}}}, FSDP)
     assert problems == []
-    assert out["workload"]["lr"] == 1e-6 and out["workload"]["clip_ratio"] == 0.28
-    # every other key restating the same field is written with the derived value
-    assert out["actor_rollout_ref"]["actor.clip_ratio_low"] == 0.28
+    # DAPO's clip-higher: verl's clip_ratio_high is the workload's own field; the lower clip stays clip_ratio's
+    assert out["workload"]["lr"] == 1e-6 and out["workload"]["clip_ratio_high"] == 0.28
+    assert out["actor_rollout_ref"]["actor.clip_ratio_low"] == 0.2
 
 
 def test_the_scenario_field_is_written_into_the_verl_tree_when_verl_key_is_absent():
@@ -74,8 +74,10 @@ def test_a_verl_key_disagreeing_with_the_scenario_is_refused():
     _, problems = prepare({"workload": {"lr": 1e-4}, "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}}}}, FSDP)
     assert problems == [("actor_rollout_ref.actor.optim.lr",
                          "1e-06 disagrees with the scenario's workload.lr 0.0001: give it once")]
-    _, problems = prepare({"actor_rollout_ref": {"actor": {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28}}}, FSDP)
-    assert problems and problems[0][0] == "actor_rollout_ref.actor.clip_ratio_high"
+    _, problems = prepare({"workload": {"clip_ratio_high": 0.3},
+                           "actor_rollout_ref": {"actor": {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28}}}, FSDP)
+    assert problems == [("actor_rollout_ref.actor.clip_ratio_high",
+                         "0.28 disagrees with the scenario's workload.clip_ratio_high 0.3: give it once")]
 
 
 def test_dtype_spellings_are_one_value():
@@ -86,14 +88,13 @@ def test_dtype_spellings_are_one_value():
 
 @pytest.mark.parametrize(("tree", "message"), [
     ("{model: {lora_rank: 8}}", r"key 'actor_rollout_ref\.model\.lora_rank'.*not a LoRA adapter"),
-    # an RL-step setting is the workload's, refused by the engine's spec (EngineSpec.rl_step), not by the key table
-    ("{actor: {use_kl_loss: true}}", r"key 'workload\.use_kl_loss'.*'verl_fsdp' does not implement verl's RL-step"),
+    ("{actor: {shuffle: true}}", r"actor_rollout_ref\.actor\.shuffle.*in order"),
 ])
 def test_refused_keys_are_bad_input_naming_the_key(write_yaml, tree, message):
     from parity.harness.config.validate import check_scenario
 
-    path, scenarios = _scenario(write_yaml, f"            actor_rollout_ref: {tree}")
     with pytest.raises(ScenarioError, match=message):
+        path, scenarios = _scenario(write_yaml, f"            actor_rollout_ref: {tree}")
         check_scenario(scenarios[0].model_copy(update={"source": str(path)}))
 
 
@@ -188,3 +189,26 @@ def test_weight_decay_groups_must_be_the_engines(write_yaml, strategy, exempt, o
     _, (scenario,) = _scenario(write_yaml, body, strategy)
     problems = [key for key, _ in layout_errors(scenario)]
     assert ("workload.weight_decay_exempt" not in problems) is ok, problems
+
+
+def test_the_rl_steps_verl_keys_restate_the_workloads_fields():
+    """rollout_n is group_size, ppo_mini_batch_size (prompts) x rollout_n splits the batch into mini_batches, the
+    RL keys with a plain field are written only away from their defaults (verl's too)."""
+    out, problems = prepare({"workload": {"batch_size": 16},
+                             "actor_rollout_ref": {"actor": {"rollout_n": 4, "ppo_mini_batch_size": 2,
+                                                             "ppo_epochs": 2, "use_kl_loss": True}}}, FSDP)
+    assert problems == []
+    assert out["workload"]["group_size"] == 4 and out["workload"]["mini_batches"] == 2
+    assert out["workload"]["ppo_epochs"] == 2 and out["workload"]["use_kl_loss"] is True
+    out, problems = prepare({"workload": {"batch_size": 16, "group_size": 4, "mini_batches": 2,
+                                          "clip_ratio_low": 0.1, "kl_loss_type": "k1"}, "actor_rollout_ref": {}},
+                            FSDP)
+    tree = out["actor_rollout_ref"]
+    assert problems == [] and tree["actor.ppo_mini_batch_size"] == 2 and tree["actor.clip_ratio_low"] == 0.1
+    assert tree["actor.kl_loss_type"] == "k1" and "actor.ppo_epochs" not in tree
+    _, problems = prepare({"workload": {"batch_size": 16, "group_size": 4, "mini_batches": 4},
+                           "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 2}}}, FSDP)
+    assert problems and problems[0][0] == "actor_rollout_ref.actor.ppo_mini_batch_size"
+    _, problems = prepare({"workload": {"group_size": 4}, "actor_rollout_ref": {"actor": {"rollout_n": 2}}}, FSDP)
+    assert problems == [("actor_rollout_ref.actor.rollout_n",
+                         "2 disagrees with the scenario's workload.group_size 4: give it once")]

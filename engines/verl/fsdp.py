@@ -13,6 +13,7 @@ from parity.engines.specs import VERL_FSDP
 from parity.engines.verl.engine import VERL_DIR, VerlEngine
 from parity.engines.verl.grad_groups import GradGroups
 from parity.engines.verl.keys import FSDP, EngineKeys
+from parity.engines.verl.observe import RecordsMicroBatches
 from parity.engines.verl.readback import _dtype_agreeing, agreeing, built_at, rule, unanimous
 from parity.harness.contract.engine import DTYPE_NAMES
 from parity.harness.contract.faults import FaultPlan
@@ -30,7 +31,7 @@ def built_unit(fn: Any) -> Any:
     return located
 
 
-class VerlFSDPEngine(GradGroups, VerlEngine):
+class VerlFSDPEngine(RecordsMicroBatches, GradGroups, VerlEngine):
     spec = VERL_FSDP
     config_name: ClassVar[str] = "ppo_trainer"
     keys: ClassVar[EngineKeys] = FSDP

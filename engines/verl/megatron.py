@@ -18,11 +18,12 @@ from parity.engines.verl import shims
 from parity.engines.verl.engine import VerlEngine
 from parity.engines.verl.grad_groups import GradGroups
 from parity.engines.verl.keys import MEGATRON, EngineKeys
+from parity.engines.verl.observe import RecordsMicroBatches
 from parity.engines.verl.readback import _dtype_agreeing, agreeing, rule, unanimous
 from parity.harness.contract.engine import DTYPE_NAMES
 
 
-class VerlMegatronEngine(GradGroups, VerlEngine):
+class VerlMegatronEngine(RecordsMicroBatches, GradGroups, VerlEngine):
     spec = VERL_MEGATRON
     config_name: ClassVar[str] = "ppo_megatron_trainer"
     keys: ClassVar[EngineKeys] = MEGATRON

@@ -147,7 +147,9 @@ MBRIDGE_LOCAL_SPEC = Shim(
     "mbridge-local-spec", "mbridge/core/llm_bridge.py:150",
     "mbridge builds Transformer Engine's layer spec unconditionally (use_transformer_engine=True) and TE needs CUDA: "
     "on CPU it builds Megatron's local spec (torch RMSNorm, local core attention) through the project's "
-    "engines/megatron/model.py layer_spec, with the core attention below")
+    "engines/megatron/model.py layer_spec, with the core attention below; a MoE layer's experts are Megatron's "
+    "TEGroupedMLP over a plain-torch grouped linear under TE's names (engines/verl/cpu_experts.py: mbridge maps "
+    "experts only as linear_fc1.weight<j>, mbridge/core/bridge.py load_weights)")
 THD_ATTENTION = Shim(
     "thd-core-attention", "megatron/core/transformer/dot_product_attention.py:153 (local attention refuses "
     "packed_seq_params) against verl/models/mcore/util.py preprocess_thd_engine (use_remove_padding)",
@@ -366,8 +368,11 @@ def _local_layer_spec(self: Any, vp_stage: int | None = None) -> Any:
 
     assert self.config.normalization == "RMSNorm", "only RMSNorm is supported for now"  # as mbridge asserts
     self.has_vp_stage = compat.takes(get_gpt_decoder_block_spec, "vp_stage")
+    from parity.engines.verl.cpu_experts import grouped_experts
+
     attention = _core_attention_class() if self.config.context_parallel_size == 1 else _cp_core_attention_class()
-    return layer_spec(self.config, False, vp_stage, attention)
+    block = layer_spec(self.config, False, vp_stage, attention)
+    return grouped_experts(block) if self.config.num_moe_experts else block
 
 
 @functools.cache

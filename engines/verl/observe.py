@@ -193,6 +193,6 @@ class RecordsMicroBatches:
         calls = [{"phase": b.phase, "by_tokens": b.by_tokens, "rows": list(b.rows), "tokens": list(b.tokens)}
                  for b in self.observed.micro_batching]
         packed = sorted({shape for shape, masked in self.observed.forward_inputs if not masked and len(shape) == 2
-                         and shape[0] == 1})
+                         and all(type(n) is int for n in shape) and shape[0] == 1})  # a nested row has no int length
         return {**out, "verl": {**out.get("verl", {}), "micro_batches": calls,
                                 "packed_forward_lengths": [shape[1] for shape in packed]}}

@@ -5,6 +5,11 @@ Every unique gradient piece counts once, as Megatron's own norm counts it: a den
 dp x cp coordinate 0, TP-sharded ones on every TP rank, TP-replicated ones (norms, router) on TP rank 0; an expert
 parameter on expert-data-parallel rank 0 (each expert-TP x EP position holds a distinct shard); the pipeline
 stages' groups are gathered; a tied output weight on the last stage (`shared`) is the embedding's copy.
+
+Under the distributed optimizer the grad buffers are reduce-scattered: each rank of a bucket's data-parallel group
+holds the reduced values of its own 1/n slice of the bucket only (megatron/core/distributed/param_and_grad_buffer.py
+start_grad_sync: `shard_buffer(bucket.grad_data, ...)[rank]`), so each parameter's square is summed over the part of
+it that falls in this rank's slice, on every data-parallel rank (`sharded_group_grad_norms`).
 """
 
 from __future__ import annotations
@@ -85,6 +90,57 @@ def _counts_here(name: str, param: Any) -> bool:
     return bool(getattr(param, "tensor_model_parallel", False)) or ps.get_tensor_model_parallel_rank() == 0
 
 
+def _gathered_norms(squares: dict[str, float]) -> dict[str, float]:
+    gathered: list[dict[str, float]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, squares)
+    total: dict[str, float] = {}
+    for part in gathered:
+        for group, value in part.items():
+            total[group] = total.get(group, 0.0) + value
+    return grad_groups.norms(total)
+
+
+def _shard_squares(chunk: Any) -> dict[int, float]:
+    """id(param) -> the squared norm of the part of its reduced gradient this rank holds under the distributed
+    optimizer: its slice of every bucket, located through `main_grad`, a view into the bucket's `grad_data`."""
+    squares: dict[int, float] = {}
+    for bucket_group in [*chunk.bucket_groups, *chunk.expert_parallel_bucket_groups]:
+        ranks = bucket_group.intra_distributed_optimizer_instance_size
+        rank = bucket_group.intra_distributed_optimizer_instance_rank
+        for bucket in bucket_group.buckets:
+            data = bucket.grad_data
+            shard = data.numel() // ranks
+            low, high = rank * shard, (rank + 1) * shard
+            for param in bucket.params_list:
+                start = (param.main_grad.data_ptr() - data.data_ptr()) // data.element_size()
+                begin, end = max(low, start), min(high, start + param.numel())
+                if begin < end:
+                    norm = float(torch.linalg.vector_norm(data[begin:end], 2.0, dtype=torch.float32))
+                    squares[id(param)] = squares.get(id(param), 0.0) + norm * norm
+    return squares
+
+
+@torch.no_grad()
+def sharded_group_grad_norms(chunks: Iterable[torch.nn.Module]) -> dict[str, float]:
+    """group_grad_norms under the distributed optimizer (module docstring): every data-parallel rank's slice
+    counts, TP-replicated pieces on TP rank 0 only (collective over the world)."""
+    from megatron.core import parallel_state as ps
+
+    chunks = list(chunks)
+    held: dict[int, float] = {}
+    for chunk in chunks:
+        held |= _shard_squares(chunk)
+    squares: dict[str, float] = {}
+    tp_rank = ps.get_tensor_model_parallel_rank()
+    for name, group, param in named_main_grads(chunks):
+        if getattr(param, "shared", False) or id(param) not in held:
+            continue
+        expert = ".experts." in name and ".shared_experts." not in name
+        if expert or getattr(param, "tensor_model_parallel", False) or tp_rank == 0:
+            squares[group] = squares.get(group, 0.0) + held[id(param)]
+    return _gathered_norms(squares)
+
+
 @torch.no_grad()
 def group_grad_norms(chunks: Iterable[torch.nn.Module]) -> dict[str, float]:
     """Whole-model pre-clip grad norm per HF group from the reduced `main_grad` buffers (call after the schedule's
@@ -94,10 +150,4 @@ def group_grad_norms(chunks: Iterable[torch.nn.Module]) -> dict[str, float]:
         grad = getattr(param, "main_grad", None)
         if grad is not None and _counts_here(name, param):
             grad_groups.add_squares(squares, group, grad)
-    gathered: list[dict[str, float]] = [{} for _ in range(dist.get_world_size())]
-    dist.all_gather_object(gathered, squares)
-    total: dict[str, float] = {}
-    for part in gathered:
-        for group, value in part.items():
-            total[group] = total.get(group, 0.0) + value
-    return grad_groups.norms(total)
+    return _gathered_norms(squares)

@@ -11,7 +11,9 @@ import torch
 
 from parity.engines.specs import VERL_FSDP
 from parity.engines.verl.engine import VERL_DIR, VerlEngine
+from parity.engines.verl.grad_groups import GradGroups
 from parity.engines.verl.keys import FSDP, EngineKeys
+from parity.engines.verl.observe import RecordsMicroBatches
 from parity.engines.verl.readback import _dtype_agreeing, agreeing, built_at, rule, unanimous
 from parity.harness.contract.engine import DTYPE_NAMES
 from parity.harness.contract.faults import FaultPlan
@@ -29,7 +31,7 @@ def built_unit(fn: Any) -> Any:
     return located
 
 
-class VerlFSDPEngine(VerlEngine):
+class VerlFSDPEngine(RecordsMicroBatches, GradGroups, VerlEngine):
     spec = VERL_FSDP
     config_name: ClassVar[str] = "ppo_trainer"
     keys: ClassVar[EngineKeys] = FSDP
@@ -58,6 +60,19 @@ class VerlFSDPEngine(VerlEngine):
     def groups(self) -> list[Any]:
         """FSDP2 param groups of every unit that holds parameters."""
         return [g for _, m in self.units() if (g := m._get_fsdp_state()._fsdp_param_group) is not None]
+
+    def named_grads(self) -> list[tuple[str, Any]]:
+        from parity.engines.tensor_parallel import local
+
+        return [(name, None if p.grad is None else local(p.grad)) for name, p in self.engine.module.named_parameters()]
+
+    def read_grad_groups(self) -> dict[str, float] | None:
+        """FSDP2's DTensor gradients, each norm reduced over its mesh; FSDP1's flat parameters name no module."""
+        from parity.engines.tensor_parallel import group_grad_norms
+
+        if self.fsdp_version() != 2:
+            return None
+        return group_grad_norms((name, p.grad) for name, p in self.engine.module.named_parameters())
 
     def built_backend(self) -> str:
         return {1: "fsdp", 2: "fsdp2"}.get(self.fsdp_version(), f"not FSDP ({type(self.engine.module).__name__})")

@@ -16,12 +16,14 @@ import torch
 from parity.engines.specs import VERL_MEGATRON, VERL_MINDSPEED
 from parity.engines.verl import shims
 from parity.engines.verl.engine import VerlEngine
+from parity.engines.verl.grad_groups import GradGroups
 from parity.engines.verl.keys import MEGATRON, EngineKeys
+from parity.engines.verl.observe import RecordsMicroBatches
 from parity.engines.verl.readback import _dtype_agreeing, agreeing, rule, unanimous
 from parity.harness.contract.engine import DTYPE_NAMES
 
 
-class VerlMegatronEngine(VerlEngine):
+class VerlMegatronEngine(RecordsMicroBatches, GradGroups, VerlEngine):
     spec = VERL_MEGATRON
     config_name: ClassVar[str] = "ppo_megatron_trainer"
     keys: ClassVar[EngineKeys] = MEGATRON
@@ -88,6 +90,21 @@ class VerlMegatronEngine(VerlEngine):
 
     def observed_module(self) -> torch.nn.Module:
         return self.chunks()[0]
+
+    def named_grads(self) -> list[tuple[str, Any]]:
+        from parity.engines.megatron.grad_groups import named_main_grads
+
+        return [(group, getattr(p, "main_grad", None)) for _, group, p in named_main_grads(self.chunks())]
+
+    def group_of(self, name: str) -> str:
+        return name  # named_grads names the HF group already
+
+    def read_grad_groups(self) -> dict[str, float] | None:
+        from parity.engines.megatron.grad_groups import group_grad_norms, sharded_group_grad_norms
+
+        chunks = self.chunks()
+        sharded = {bool(chunk.ddp_config.use_distributed_optimizer) for chunk in chunks}
+        return sharded_group_grad_norms(chunks) if sharded == {True} else group_grad_norms(chunks)
 
     def built_backend(self) -> str:
         from verl.workers.engine.megatron.transformer_impl import MegatronEngine

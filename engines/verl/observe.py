@@ -295,3 +295,21 @@ def observe(seen: Observations, engine: Any, module: torch.nn.Module, optimizer:
 
         optimizer.step = spied_step
     return seen
+
+
+class RecordsMicroBatches:
+    """Mixin for a VerlEngine: the micro-batches verl's `prepare_micro_batches` made go into the run's record
+    (`provenance.verl.micro_batches`: per call, whether verl split by tokens, and the sequences and tokens of each
+    micro-batch on this rank), so that what a row exercises — several sequences packed into each micro-batch, a
+    token budget that splits a batch unevenly — is read from what verl did, not from the scenario."""
+
+    observed: Observations
+
+    def run_provenance(self) -> dict[str, Any]:
+        out = super().run_provenance()  # type: ignore[misc]
+        calls = [{"phase": b.phase, "by_tokens": b.by_tokens, "rows": list(b.rows), "tokens": list(b.tokens)}
+                 for b in self.observed.micro_batching]
+        packed = sorted({shape for shape, masked in self.observed.forward_inputs if not masked and len(shape) == 2
+                         and all(type(n) is int for n in shape) and shape[0] == 1})  # a nested row has no int length
+        return {**out, "verl": {**out.get("verl", {}), "micro_batches": calls,
+                                "packed_forward_lengths": [shape[1] for shape in packed]}}

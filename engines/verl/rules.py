@@ -137,10 +137,12 @@ def megatron_errors(scenario: Any, shape: Any) -> list[tuple[str, str]]:
         problems.append((f"{BLOCK}.actor.megatron.override_ddp_config.bucket_size",
                          "Megatron's DDP discards bucket_size unless overlap_grad_reduce is on, so no read-back "
                          "could tell whether verl applied it: give override_ddp_config.overlap_grad_reduce: true"))
-    if scenario.strategy != "verl_mindspeed" and scenario.device == "cpu" and scenario.layout.cp > 1:
+    if (scenario.strategy != "verl_mindspeed" and scenario.device == "cpu" and scenario.layout.cp > 1
+            and scenario.workload.packing != "packed"):
         problems.append(("layout.cp", "verl_megatron on CPU builds Megatron's local spec, whose core attention "
-                                      "refuses context parallelism (the emulated NPU lane runs verl_mindspeed's CP "
-                                      "through MindSpeed's attention)"))
+                                      "refuses context parallelism; packed rows (model.use_remove_padding: true) "
+                                      "take the project's CPU THD attention under CP (the emulated NPU lane runs "
+                                      "verl_mindspeed's padded CP through MindSpeed's attention)"))
     if not flat.get("actor.megatron.vanilla_mbridge", False) and not _has_megatron_bridge():
         problems.append((f"{BLOCK}.actor.megatron.vanilla_mbridge",
                          "verl's default model bridge (Megatron-Bridge, megatron.bridge) is not installed here: "

@@ -164,7 +164,9 @@ MBRIDGE_LOCAL_SPEC = Shim(
     "mbridge-local-spec", "mbridge/core/llm_bridge.py:150",
     "mbridge builds Transformer Engine's layer spec unconditionally (use_transformer_engine=True) and TE needs CUDA: "
     "on CPU it builds Megatron's local spec (torch RMSNorm, local core attention) through the project's "
-    "engines/megatron/model.py layer_spec, with the core attention below")
+    "engines/megatron/model.py layer_spec, with the core attention below; a MoE layer's experts are Megatron's "
+    "TEGroupedMLP over a plain-torch grouped linear under TE's names (engines/verl/cpu_experts.py: mbridge maps "
+    "experts only as linear_fc1.weight<j>, mbridge/core/bridge.py load_weights)")
 THD_ATTENTION = Shim(
     "thd-core-attention", "megatron/core/transformer/dot_product_attention.py:153 (local attention refuses "
     "packed_seq_params) against verl/models/mcore/util.py preprocess_thd_engine (use_remove_padding)",
@@ -413,7 +415,11 @@ def _local_layer_spec(self: Any, vp_stage: int | None = None) -> Any:
 
     assert self.config.normalization == "RMSNorm", "only RMSNorm is supported for now"  # as mbridge asserts
     self.has_vp_stage = compat.takes(get_gpt_decoder_block_spec, "vp_stage")
-    return layer_spec(self.config, False, vp_stage, _core_attention_class())
+    from parity.engines.verl.cpu_experts import grouped_experts
+
+    attention = _core_attention_class() if self.config.context_parallel_size == 1 else _cp_core_attention_class()
+    block = layer_spec(self.config, False, vp_stage, attention)
+    return grouped_experts(block) if self.config.num_moe_experts else block
 
 
 @functools.cache
@@ -447,6 +453,28 @@ def _core_attention_class() -> type:
                                    packed_seq_params)
 
     return VerlCoreAttention
+
+
+@functools.cache
+def _cp_core_attention_class() -> type:
+    """Under context parallelism Megatron's local DotProductAttention cannot even be built (it asserts cp == 1):
+    packed (THD) micro-batches go to the project's CPU core attention, which all-gathers K/V over the CP group for
+    verl's per-sequence split (chunks r and 2cp-1-r of each sequence: verl/models/mcore/util.py
+    preprocess_thd_engine); verl's padded CP path has no CPU attention here and is refused."""
+    packed = _thd_attention_class()
+    if packed is None:
+        raise NotImplementedError(f"context parallelism on CPU: {THD_MISSING}")
+
+    class VerlCPCoreAttention(packed):  # type: ignore[misc, valid-type]
+        def forward(self, query: Any, key: Any, value: Any, attention_mask: Any, attn_mask_type: Any = None,
+                    attention_bias: Any = None, packed_seq_params: Any = None) -> Any:
+            if packed_seq_params is None:
+                raise NotImplementedError("verl's padded (BSHD) path under context parallelism: no CPU core "
+                                          "attention takes it (model.use_remove_padding: true packs the batch)")
+            return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias,
+                                   packed_seq_params)
+
+    return VerlCPCoreAttention
 
 
 THD_MISSING = ("Megatron's local attention refuses them (dot_product_attention.py:153) and this tree has no "

@@ -48,6 +48,9 @@ TINY_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
 #: which verl's vanilla-mbridge path needs: it builds Megatron's GPTModel with the HF vocab_size as is
 TINY_MODELS["tiny-qwen3-bf16"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"][1], "checkpoint_dtype": "bfloat16",
                                                   "vocab_size": 256})
+#: the same for the MoE model (verl's Megatron engine's expert-parallel rows)
+TINY_MODELS["tiny-qwen3-moe-bf16"] = ("Qwen3MoeConfig", {**TINY_MODELS["tiny-qwen3-moe"][1],
+                                                         "checkpoint_dtype": "bfloat16", "vocab_size": 256})
 
 #: the rollout lane's models (scenarios/rollout/): head_dim 32 is one vLLM's CPU attention implements (24 is not),
 #: still not hidden / heads (20), and neither 4·32 nor 2·32 is the hidden size (80). Untied, and a tied twin for

@@ -65,3 +65,30 @@ def test_packed_cp2_runs_mindspeeds_ring_attention_on_verls_split(verl_rows: dic
         assert attention["core_attention"] == ["MindSpeedCPDotProductAttention"], (scenario_id, attention)
         assert attention["context_parallel_algo"] == ["megatron_cp_algo"], (scenario_id, attention)
         assert row["verdict"] == "PASS", (scenario_id, row["reasons"])
+
+
+def test_fingerprint_of_verls_mindspeed_engine_names_the_module_a_planted_fault_scales(
+        verl_rows: dict[str, dict[str, Any]], tmp_path: Any) -> None:
+    """The lane's first row (tp2-sp, packed) is the clean twin: its per-module fingerprint was compared at every
+    step and PASSed; the same row with one module's gradients x1.5 at step 1, in the model verl built, FAILs naming
+    that module and no other at step 1."""
+    import yaml
+
+    from parity.harness.contract.grad_groups import describe
+
+    text = yaml.safe_load(SCENARIOS.read_text())
+    row = text["matrix"][0]
+    clean_id = next(k for k in verl_rows if k.endswith("/tp2-sp/bf16/cpu+packed+vs-hf_master_weights"))
+    clean = verl_rows[clean_id]
+    assert clean["verdict"] == "PASS" and all(w is not None for w in clean["metrics"]["group_grad_norm_rel"]), clean
+    group = "layers.1.self_attn.o_proj"
+    planted = tmp_path / "planted.yaml"
+    planted.write_text(yaml.safe_dump({"defaults": text["defaults"], "matrix": [
+        {**row, "faults": [{"kind": "module_grad_scale", "key": group, "step": 1, "factor": 1.5}]}]}))
+    out = tmp_path / "out"
+    lane.run_harness(["-m", "parity.harness.cli", "run", str(planted), "--out", str(out)], lane.mindspeed_source())
+    (verdict,) = lane.results(out).values()
+    assert verdict["verdict"] == "FAIL", verdict["reasons"]
+    named = [r for r in verdict["reasons"] if " grad norm rel diff at step 1" in r and not r.startswith("pre-clip")]
+    assert named and all(r.startswith(f"{describe(group)} grad norm rel diff at step 1") for r in named), \
+        verdict["reasons"]

@@ -66,6 +66,7 @@ def test_padded_and_keys_rows_pass_with_every_key_read_back(verl_runner) -> None
     applied = keys.metrics["applied_kwargs"]["actor_rollout_ref"]
     assert applied["actor.megatron.override_transformer_config.recompute_granularity"] == "full"
     assert applied["actor.megatron.override_ddp_config.bucket_size"] == 1000000
+    assert applied["actor.megatron.override_ddp_config.grad_reduce_in_fp32"] is False  # verl's own default: True
     assert applied["actor.megatron.use_distributed_optimizer"] is False
 
 

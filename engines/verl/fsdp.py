@@ -62,13 +62,13 @@ class VerlFSDPEngine(RecordsMicroBatches, GradGroups, VerlEngine):
         return [g for _, m in self.units() if (g := m._get_fsdp_state()._fsdp_param_group) is not None]
 
     def named_grads(self) -> list[tuple[str, Any]]:
-        from parity.engines.tensor_parallel import local
+        from parity.engines.fsdp2.tensor_parallel import local
 
         return [(name, None if p.grad is None else local(p.grad)) for name, p in self.engine.module.named_parameters()]
 
     def read_grad_groups(self) -> dict[str, float] | None:
         """FSDP2's DTensor gradients, each norm reduced over its mesh; FSDP1's flat parameters name no module."""
-        from parity.engines.tensor_parallel import group_grad_norms
+        from parity.engines.fsdp2.tensor_parallel import group_grad_norms
 
         if self.fsdp_version() != 2:
             return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from parity.engines.hf import HFEngine
+from parity.engines.hf.engine import HFEngine
 
 
 class _Planted(HFEngine):

@@ -30,7 +30,7 @@ def test_planted_faults_are_named_at_their_module(runner):
 
 
 def test_a_clean_twin_names_no_module(runner):
-    scenario = Scenario(model="tiny-qwen3-moe", engine="parity.engines.hf:HFEngine", timeout=120)
+    scenario = Scenario(model="tiny-qwen3-moe", engine="parity.engines.hf.engine:HFEngine", timeout=120)
     verdict = runner.run_scenario(scenario)
     where = verdict.metrics["first_divergent"]
     assert verdict.status == "PASS" and where["first"] is None and where["compared"] == 19, where

@@ -33,24 +33,16 @@ def trainer_rank(job: Any, rank: int, world_size: int, local_rank: int, store: A
     import torch
     import torch.distributed as dist
 
-    from parity.harness.config import devices
     from parity.harness.config.models import ensure_checkpoint
     from parity.harness.config.registry import load_engine_class
     from parity.harness.contract.engine import EngineContext
     from parity.harness.contract.faults import FaultPlan
     from parity.harness.contract.schema import Scenario
-    from parity.harness.run.worker import _broadcast, checked_step, checked_tokens
+    from parity.harness.run.worker import _broadcast, checked_step, checked_tokens, join_process_group
 
     scenario = Scenario.model_validate(job.scenario)
     args = job.body_args
-    if scenario.device == "cpu":
-        devices.bind_cpu_rank(local_rank, scenario.layout.ranks_per_node)
-    device = devices.prepare_rank(scenario.device, local_rank, scenario.workload.seed)
-    backend = devices.DEVICE_KINDS[scenario.device].backend
-    if store is not None:
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
-    else:
-        dist.init_process_group(backend, rank=rank, world_size=world_size)
+    _, device = join_process_group(scenario, rank, world_size, local_rank, store)
     checkpoint = ensure_checkpoint(scenario.model, Path(job.cache_dir))
     ctx = EngineContext(scenario=scenario, checkpoint=checkpoint, rank=rank, world_size=world_size,
                         local_rank=local_rank, device=device, faults=FaultPlan((), rank))

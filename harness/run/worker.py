@@ -81,21 +81,16 @@ class Stage:
 ROLLOUT_FILE = "parity_rollout_logprobs.pt"
 
 
-def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: Any | None) -> None:
-    """Body of one rank. Raises on failure; the caller turns that into a hard exit."""
+def join_process_group(scenario: Scenario, rank: int, world_size: int, local_rank: int,
+                       store: Any | None) -> tuple[Any, Any]:
+    """A rank's start, before any engine code: its CPU binding, the device's CUDA-API shim where the engine's
+    modules call torch.cuda by name (before they import), the device seeded, the process group joined. Returns
+    (the CPUs it is bound to or None, its device)."""
     import torch.distributed as dist
 
     from parity.harness.config import devices
-    from parity.harness.config.flops import train_flops_per_token
-    from parity.harness.config.models import ensure_checkpoint, model_shape
-    from parity.harness.config.registry import load_engine_class, spec_for
-    from parity.harness.contract.engine import EngineContext
-    from parity.harness.contract.workload import build_batch, shift_masks
-    from parity.harness.run.records import RunRecord, StepRecord
+    from parity.harness.config.registry import spec_for
 
-    if (preloaded := sys.modules.get("parity.harness.run.rank_warnings")) is not None:
-        preloaded.replay()  # forked from the forkserver: its import warnings belong in this rank's log
-    scenario = Scenario.model_validate(job.scenario)
     cpus = devices.bind_cpu_rank(local_rank, scenario.layout.ranks_per_node) if scenario.device == "cpu" else None
     if binds := spec_for(scenario).cuda_apis:  # before torch_npu's own import and the engine's (Megatron-Core)
         devices.import_cuda_api_shim(scenario.device, binds)
@@ -105,6 +100,25 @@ def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: An
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
     else:
         dist.init_process_group(backend, rank=rank, world_size=world_size)
+    return cpus, device
+
+
+def run_rank(job: RunJob, rank: int, world_size: int, local_rank: int, store: Any | None) -> None:
+    """Body of one rank. Raises on failure; the caller turns that into a hard exit."""
+    import torch.distributed as dist
+
+    from parity.harness.config import devices
+    from parity.harness.config.flops import train_flops_per_token
+    from parity.harness.config.models import ensure_checkpoint, model_shape
+    from parity.harness.config.registry import load_engine_class
+    from parity.harness.contract.engine import EngineContext
+    from parity.harness.contract.workload import build_batch, shift_masks
+    from parity.harness.run.records import RunRecord, StepRecord
+
+    if (preloaded := sys.modules.get("parity.harness.run.rank_warnings")) is not None:
+        preloaded.replay()  # forked from the forkserver: its import warnings belong in this rank's log
+    scenario = Scenario.model_validate(job.scenario)
+    cpus, device = join_process_group(scenario, rank, world_size, local_rank, store)
     started = time.perf_counter()
     faults = FaultPlan(scenario.faults, rank)
     checkpoint = ensure_checkpoint(scenario.model, Path(job.cache_dir))

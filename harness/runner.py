@@ -260,9 +260,13 @@ class Runner:
             job = replace(job, visible_devices=lease.visible_env(scenario.device))
         try:
             if self.options.launcher_for(scenario) == "torchrun":
-                nodes_here = None if self.options.node_rank is None else [self.options.node_rank]
-                launcher = TorchrunLauncher(self.options.master_addr, nodes_here, self.options.master_port,
-                                            self.options.rdzv)
+                # the rendezvous port and this node's share belong to runs spanning nodes: a single-node run on
+                # node 0 (its reference, a baseline, a recheck of either) takes a port of its own, or the other
+                # nodes' agents would join it
+                spans = scenario.layout.nodes > 1
+                nodes_here = None if self.options.node_rank is None or not spans else [self.options.node_rank]
+                launcher = TorchrunLauncher(self.options.master_addr, nodes_here,
+                                            self.options.master_port if spans else None, self.options.rdzv)
                 return launcher.launch(job, scenario.layout, scenario.timeout)
             return self._forked_launcher(scenario).launch(job, scenario.layout.world_size, scenario.timeout)
         finally:

@@ -6,6 +6,8 @@ at step 2: ..."): 35 near-identical lines would bury what came before them."""
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from parity.harness.judge.checks import Check
@@ -15,6 +17,8 @@ FORWARD, BACKWARD, UPDATE, AFTER = 0, 1, 2, 3
 
 COLLAPSE_AT = 3
 """Per-module failures of one step from this many on are one line."""
+KINDS_SHOWN = 6
+"""Module kinds (a layer's module without its layer index) the collapsed line names, most frequent first."""
 
 
 def stage(check: Check, steps: int) -> tuple[float, int]:
@@ -51,8 +55,11 @@ def collapsed(group: Sequence[Check]) -> str:
     low, high = min(observed), max(observed)
     spread = f"rel {high:.3g}" if math.isclose(low, high, rel_tol=0.05) or not math.isfinite(high) else \
         f"rel {low:.3g} to {high:.3g}"
+    kinds = Counter(re.sub(r"^layer \d+ ", "", c.metric.split(" grad norm")[0]) for c in group)
+    named = ", ".join(f"{kind} x{count}" for kind, count in kinds.most_common(KINDS_SHOWN))
+    more = f", ... {len(kinds) - KINDS_SHOWN} more" if len(kinds) > KINDS_SHOWN else ""
     return (f"{len(group)} modules at step {group[0].step}: {spread} (worst {worst.metric} = {worst.observed:.3g} "
-            f"> limit {worst.limit:.3g})")
+            f"> limit {worst.limit:.3g}); which: {named}{more}")
 
 
 def causal_reasons(checks: Iterable[Check], steps: int, per_module: Iterable[Check] = ()) -> list[str]:

@@ -75,6 +75,7 @@ def _night(directory: Path, verdict: str, tree: Path, commit: str, started: str,
                                     "provenance": provenance})
 
 
+@pytest.mark.nightly  # end to end in the nightly CPU lane, beside the bisect step it tests (ci/nightly.sh)
 def test_a_flipped_row_is_bisected_to_the_commit_that_broke_it_and_the_report_names_it(megatron_clone, tmp_path,
                                                                                          cache_dir, scenario_file):
     """The nightly's use (ci/nightly.sh): the row PASSed last night at `good` and FAILs tonight at `bad`; the

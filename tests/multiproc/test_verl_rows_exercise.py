@@ -15,7 +15,8 @@ from parity.harness.config.matrix import load_file
 from parity.harness.contract.schema import Fault, Scenario
 from tests.conftest import REPO
 
-pytestmark = [pytest.mark.multiprocess,
+# the nightly's verl job (not .ci/run's verl lane, whose budget it exceeded): what verl's rows exercise, read back
+pytestmark = [pytest.mark.multiprocess, pytest.mark.nightly,
               pytest.mark.skipif(source.problem() is not None, reason=f"verl lane only: {source.problem()}")]
 
 VERL = {s.id: s for s in load_file(REPO / "scenarios" / "verl.yaml")}

@@ -106,6 +106,17 @@ else
   select="$select${PARITY_K:-}"
 fi
 if [ -n "$select" ]; then args+=(-k "$select"); fi
+# the previous night (the workflow fetches this lane's artifact of its newest earlier run: ci/fetch_artifact.py
+# --previous): the terminal summary, summary.md and report.html say what changed since it (versions, verdicts)
+history=()
+if [ -n "${PARITY_PREVIOUS_OUT:-}" ]; then
+  if [ -f "$PARITY_PREVIOUS_OUT/results.jsonl" ]; then
+    history=(--history "$PARITY_PREVIOUS_OUT")
+    args+=(--parity-history "$PARITY_PREVIOUS_OUT")
+  else
+    echo "::notice title=nightly lane $lane::PARITY_PREVIOUS_OUT=$PARITY_PREVIOUS_OUT holds no results.jsonl: no comparison with the previous night"
+  fi
+fi
 workers=${PARITY_WORKERS:-1}
 # HCCL's collective expansion mode per lane (verl's MoE jobs: AIV); unset leaves HCCL's default
 if [ -n "${PARITY_HCCL_OP_EXPANSION_MODE:-}" ]; then export HCCL_OP_EXPANSION_MODE=$PARITY_HCCL_OP_EXPANSION_MODE; fi
@@ -153,7 +164,7 @@ else
   for dir in "$out"/shard-*; do [ -f "$dir/results.jsonl" ] && shards+=("$dir"); done
   if [ "${#shards[@]}" -gt 0 ]; then
     report_rc=0
-    parity report "${shards[@]}" --out "$out" || report_rc=$?
+    parity report "${shards[@]}" --out "$out" "${history[@]}" || report_rc=$?
     if [ "$report_rc" -gt 1 ]; then fail "merging the shards' results failed (parity report exit $report_rc)"; fi
   fi
 fi
@@ -161,7 +172,7 @@ fi
 # A row run against an upstream source tree (PARITY_VERL_SRC, a MindSpeed or Megatron-LM clone) that flipped
 # PASS -> FAIL since the previous night (PARITY_PREVIOUS_OUT: that night's out dir of this lane) is bisected over the
 # tree's commits between the two nights; the first bad commit goes into this lane's report (harness/bisect.py).
-if [ -n "${PARITY_PREVIOUS_OUT:-}" ] && [ -f "$out/results.jsonl" ]; then
+if [ "${#history[@]}" -gt 0 ] && [ -f "$out/results.jsonl" ]; then
   parity bisect --flipped "$out" --history "$PARITY_PREVIOUS_OUT" ||
     echo "::warning title=nightly lane $lane::parity bisect --flipped failed (the report has no first bad commit)"
 fi

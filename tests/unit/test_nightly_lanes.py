@@ -118,3 +118,54 @@ def test_the_install_check_names_what_is_missing_or_too_old(monkeypatch):
                         f"tabulate: {md.version('tabulate')} is installed, the harness needs tabulate>=999"]
     monkeypatch.setattr(check_install.md, "requires", lambda dist: ["pyyaml>=6"])
     assert check_install.problems() == []
+
+
+def _previous_nights(workflow: dict) -> dict[str, tuple[str | None, str | None, str | None, str | None]]:
+    """job -> (the artifact its previous-night step fetches, the lane folder it points PARITY_PREVIOUS_OUT at, the
+    artifact it uploads, the lane ci/nightly.sh runs), as written in the workflow (expressions unexpanded)."""
+    found = {}
+    for name, job in workflow["jobs"].items():
+        runs = [step.get("run", "") for step in job.get("steps", [])]
+        lane = next((m.group(1) for r in runs for m in [re.search(r'ci/nightly\.sh \w+ "?([^"\n]+?)"?$', r, re.M)]
+                     if m), None)
+        if lane is None:
+            continue
+        fetched = next((m.groups() for r in runs for m in [re.search(
+            r'fetch_artifact\.py --previous "([^"]+)".*?previous-night/(.+?)"\s*>>', r, re.S)] if m), (None, None))
+        uploaded = next((step["with"]["name"] for step in job["steps"]
+                         if str(step.get("uses", "")).startswith("actions/upload-artifact")
+                         and "parity-out" in str(step["with"].get("path", ""))), None)
+        found[name] = (*fetched, uploaded, lane)
+    return found
+
+
+def previous_night_problems(workflow: dict) -> list[str]:
+    problems = []
+    for job, (fetched, folder, uploaded, lane) in _previous_nights(workflow).items():
+        if fetched is None:
+            problems.append(f"{job}: no previous-night step (ci/fetch_artifact.py --previous)")
+        elif fetched != uploaded:
+            problems.append(f"{job}: fetches {fetched}, uploads {uploaded}")
+        elif folder != lane:
+            problems.append(f"{job}: PARITY_PREVIOUS_OUT at {folder}, the lane writes parity-out/{lane}")
+    return problems
+
+
+def test_every_nightly_lane_compares_with_its_own_previous_night():
+    """A lane fetches the artifact it uploads and points PARITY_PREVIOUS_OUT at its own lane folder: one that
+    fetched another lane's artifact, or the right one at another folder, would never say what changed (nightly.sh
+    finds no results.jsonl there and runs without)."""
+    workflow = yaml.safe_load(NIGHTLY.read_text())
+    assert {"smoke", "strict", "ascend", "cpu", "verl-cpu"} <= set(_previous_nights(workflow))
+    assert previous_night_problems(workflow) == []
+
+
+def test_a_previous_night_of_another_lane_or_none_is_caught():
+    workflow = yaml.safe_load(NIGHTLY.read_text())
+    for step in workflow["jobs"]["cpu"]["steps"]:
+        step["run"] = step.get("run", "").replace("previous-night/cpu", "previous-night/cpu-two-nodes")
+    workflow["jobs"]["verl-cpu"]["steps"] = [s for s in workflow["jobs"]["verl-cpu"]["steps"]
+                                             if "--previous" not in s.get("run", "")]
+    assert previous_night_problems(workflow) == [
+        "cpu: PARITY_PREVIOUS_OUT at cpu-two-nodes, the lane writes parity-out/cpu",
+        "verl-cpu: no previous-night step (ci/fetch_artifact.py --previous)"]

@@ -141,8 +141,8 @@ CONTRACT = {
                       "        if: steps.wheelhouse.outcome == 'failure'\n        env:\n"
                       "          GH_TOKEN: ${{ github.token }}\n"
                       "        run: python3 ci/fetch_artifact.py parity-wheelhouse wheelhouse\n"
-                      "      - name: Tiny-model smoke",
-                      "      - name: Tiny-model smoke", "ascend-contract",
+                      "      # the previous night",
+                      "      # the previous night", "ascend-contract",
                       'job "smoke" does not download the parity-wheelhouse artifact'),
     # verl gives its a3-16 nightly containers 60g of shared memory
     "a3_16_small_shm": ("            shm: 60g # verl's a3-16 nightly jobs\n", "            shm: 16g\n",

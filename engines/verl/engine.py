@@ -17,6 +17,7 @@ Subclasses name the verl backend (its config, engine device and key table) and i
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -124,6 +125,17 @@ class VerlEngine(Engine):
     def sequence_parallel_size(self) -> int:
         """Ranks one sequence is split over (verl's token budget is per rank times this)."""
         return 1
+
+    def role_view(self, role: str) -> VerlEngine | str:
+        """This engine as seen from one of verl's workers: the actor (itself), or the ref worker's engine in its
+        place, so that a read-back rule reads the objects verl built for that role; why not where verl built none."""
+        if role == "actor":
+            return self
+        if role != "ref" or self.ref_worker is None:
+            return f"verl built no {role} worker (workload.use_kl_loss is off)"
+        view = copy.copy(self)
+        view.engine = self.ref_worker.ref.engine
+        return view
 
     @property
     def actor_config(self) -> Any:

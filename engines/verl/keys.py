@@ -2,7 +2,7 @@
 (engines/verl/vocabulary.py, both spellings) and validation read it before anything is imported;
 engines/verl/readback.py implements the named read-backs.
 
-A verl scenario carries verl's own `actor_rollout_ref` tree (its `actor` and `model` sections) verbatim. Three
+A verl scenario carries verl's own `actor_rollout_ref` tree (its `actor`, `model` and `ref` sections) verbatim. Three
 kinds of key:
 - keys that restate a scenario field (`actor.optim.lr` is `workload.lr`): given in the verl tree they set the
   field, given in both they must agree, given in neither the field's value is written into the verl tree;
@@ -23,8 +23,9 @@ from parity.engines.megatron.spec import MEGATRON_LAYOUT_KEYS
 from parity.harness.contract.schema import RL_STEP_FIELDS
 
 BLOCK = "actor_rollout_ref"
-SECTIONS = ("actor", "model")
-"""The parts of verl's actor_rollout_ref tree a training engine reads (rollout and ref are not under test)."""
+SECTIONS = ("actor", "model", "ref")
+"""The parts of verl's actor_rollout_ref tree the candidate reads: the actor's engine, the model, and the ref
+worker's engine (it scores the KL loss's reference log-probs, use_kl_loss). The rollout is not under test."""
 
 #: verl dtype spellings (verl/utils/torch_dtypes.py PrecisionType) -> the scenario's
 DTYPE_NAMES = {"fp32": "fp32", "float32": "fp32", "32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
@@ -45,6 +46,8 @@ class ReadBack:
     """What is read, for docs and failure messages."""
     dropped_in: str = ""
     """verl's file where a known drop of this key happens (named when it FAILs)."""
+    role: str = "actor"
+    """The worker whose built objects the rule reads: 'actor', or 'ref' for the ref section's keys."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +206,11 @@ FSDP = EngineKeys(
                    "fsdp_reshard", "reshard-after-forward of every FSDP unit (FSDP1: its sharding strategy)"),
                "actor.fsdp_config.mixed_precision.*": ReadBack(
                    "fsdp_mixed_precision", "the mixed-precision policy of every FSDP unit"),
+               # verl's ref worker takes its own fsdp_config (trainer/config/ref/dp_ref.yaml: param_dtype bf16 by
+               # default, whatever the actor's): a fp32 row's KL reference is fp32 only where the tree says so
+               "ref.fsdp_config.mixed_precision.*": ReadBack(
+                   "fsdp_mixed_precision", "the mixed-precision policy of every FSDP unit of verl's ref worker",
+                   role="ref"),
                "actor.fsdp_config.model_dtype": ReadBack("master_dtype", "dtype of the sharded master parameters"),
                "actor.fsdp_config.param_offload": ReadBack("resting_place", "where the parameters rest between "
                                                                             "verl's phases"),

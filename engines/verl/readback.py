@@ -71,7 +71,10 @@ def read_back(engine: Any, key: str, requested: Any) -> Any:
     """What verl did with one key (see the module docstring)."""
     spec = engine.keys.read_back_for(key)
     if spec is not None:
-        effective = RULES[spec.rule](engine, key, requested)
+        worker = engine.role_view(spec.role)
+        if isinstance(worker, str):
+            return worker
+        effective = RULES[spec.rule](worker, key, requested)
         if spec.dropped_in and not same_value(effective, requested):
             return f"{effective!r}: verl does not apply it ({spec.dropped_in})"
         return effective

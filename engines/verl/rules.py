@@ -48,6 +48,9 @@ def errors(scenario: Any, config_name: str, keys: EngineKeys) -> list[tuple[str,
     problems = [(f"{BLOCK}.{key}", f"{value!r} is not taken: {refused.why} (only {refused.allowed!r})")
                 for key, value in flat.items()
                 if (refused := keys.refused.get(key)) is not None and not verl_keys.same_value(value, refused.allowed)]
+    if not scenario.workload.use_kl_loss:
+        problems += [(f"{BLOCK}.{key}", "verl's ref worker runs only for the KL loss (actor.use_kl_loss): nothing "
+                                        "would read it") for key in flat if key.startswith("ref.")]
     if flat.get("actor.use_dynamic_bsz") and flat.get("actor.ppo_micro_batch_size_per_gpu") is not None:
         problems.append((f"{BLOCK}.actor.ppo_micro_batch_size_per_gpu",
                          "with use_dynamic_bsz verl ignores it (it splits micro-batches by ppo_max_token_len_per_gpu): "

@@ -65,6 +65,8 @@ FAMILIES = {name: verl.family for name, verl in VERL_ENGINES.items()}
 #: names from before verl PR #6316: retired strategies and renamed kwargs blocks
 OLD_NAMES = (*RETIRED, *RENAMED_KEYS)
 TREES = ("actor_rollout_ref", "trainer")
+#: the one rollout key a training scenario takes: GRPO's group size (the actor reads it as actor.rollout_n)
+ROLLOUT_N = "rollout.n"
 #: every flat-form key (for did-you-mean)
 FLAT_KEYS = (*FLAT_EXTRAS, *ENGINE_KWARGS, *(k for table in RULES.values() for k in table if "." not in k))
 #: what the actor's other keys are, for their refusal
@@ -431,10 +433,17 @@ def prepare_tree(raw: dict[str, Any], keys: EngineKeys) -> tuple[dict[str, Any],
     """A scenario of one of verl's own engines: its `actor_rollout_ref` tree flattened, and the keys that restate a
     scenario field reconciled with it (engines/verl/keys.py's module docstring)."""
     flat, problems = flatten(raw.get(BLOCK) or {})
+    if ROLLOUT_N in flat:  # where verl users set the group: verl's actor.rollout_n interpolates it
+        n = flat.pop(ROLLOUT_N)
+        if not same_value(flat.setdefault("actor.rollout_n", n), n):
+            problems.append((f"{BLOCK}.{ROLLOUT_N}", f"{n!r} disagrees with actor.rollout_n "
+                                                     f"{flat['actor.rollout_n']!r}, which verl's config sets from it "
+                                                     "(${oc.select:actor_rollout_ref.rollout.n,1}): give it once"))
     for key in flat:
         if key.split(".", 1)[0] not in SECTIONS:
             problems.append((f"{BLOCK}.{key}", f"the verl engines read actor_rollout_ref's "
-                                               f"{' and '.join(SECTIONS)} sections only"))
+                                               f"{', '.join(SECTIONS[:-1])} and {SECTIONS[-1]} sections only "
+                                               f"(and {ROLLOUT_N}, the group size)"))
     if problems:
         return raw, problems
     # `${oc.select:path,default}` references of a copy of verl's generated config, resolved as in a `verl:` block

@@ -48,10 +48,11 @@ def test_a_key_given_twice_is_refused():
     assert problems and "given twice" in problems[0][1]
 
 
-def test_keys_outside_actor_and_model_are_refused():
-    _, problems = prepare({"actor_rollout_ref": {"rollout": {"n": 4}}}, FSDP)
-    assert problems == [("actor_rollout_ref.rollout.n", "the verl engines read actor_rollout_ref's actor and model "
-                                                        "sections only")]
+def test_keys_outside_actor_model_and_ref_are_refused():
+    _, problems = prepare({"actor_rollout_ref": {"rollout": {"temperature": 0.5}, "critic": {"x": 1}}}, FSDP)
+    only = "actor, model and ref sections only (and rollout.n, the group size)"
+    assert problems == [("actor_rollout_ref.rollout.temperature", f"the verl engines read actor_rollout_ref's {only}"),
+                        ("actor_rollout_ref.critic.x", f"the verl engines read actor_rollout_ref's {only}")]
 
 
 def test_a_verl_key_sets_the_scenario_field_it_restates():
@@ -89,6 +90,11 @@ def test_dtype_spellings_are_one_value():
 @pytest.mark.parametrize(("tree", "message"), [
     ("{model: {lora_rank: 8}}", r"key 'actor_rollout_ref\.model\.lora_rank'.*not a LoRA adapter"),
     ("{actor: {shuffle: true}}", r"actor_rollout_ref\.actor\.shuffle.*in order"),
+    # verl builds a ref worker only for the KL loss: its section would be read by nothing
+    ("{ref: {fsdp_config: {mixed_precision: {param_dtype: fp32}}}}",
+     r"actor_rollout_ref\.ref\.fsdp_config\.mixed_precision\.param_dtype.*only for the KL loss"),
+    ("{rollout: {temperature: 0.5}}", r"actor_rollout_ref\.rollout\.temperature.*actor, model and ref sections only"),
+    ("{rollout: {n: 4}, actor: {rollout_n: 2}}", r"actor_rollout_ref\.rollout\.n.*disagrees with actor\.rollout_n 2"),
 ])
 def test_refused_keys_are_bad_input_naming_the_key(write_yaml, tree, message):
     from parity.harness.config.validate import check_scenario
@@ -119,6 +125,8 @@ def test_a_bad_verl_block_exits_2_naming_file_scenario_and_key(write_yaml):
      r"actor_rollout_ref\.actor\.loss_agg_mode.*'token-meen' cannot be the scenario's workload\.loss_agg_mode"),
     ("actor: {ppo_micro_batch_size_per_gpu: 1, fsdp_config: {entropy_checkpointing: true}}",
      r"actor_rollout_ref\.actor\.fsdp_config\.entropy_checkpointing.*no read-back"),
+    ("actor: {ppo_micro_batch_size_per_gpu: 1, use_kl_loss: true}, ref: {fsdp_config: {reshard_after_forward: false}}",
+     r"actor_rollout_ref\.ref\.fsdp_config\.reshard_after_forward.*no read-back"),
     ("actor: {fsdp_config: {reshard_after_forward: false}}",  # verl's own check: micro-batches must be set
      r"actor_rollout_ref\.actor.*verl rejects it: \[actor\] Please set at least one of"),
 ])
@@ -210,5 +218,17 @@ def test_the_rl_steps_verl_keys_restate_the_workloads_fields():
                            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 2}}}, FSDP)
     assert problems and problems[0][0] == "actor_rollout_ref.actor.ppo_mini_batch_size"
     _, problems = prepare({"workload": {"group_size": 4}, "actor_rollout_ref": {"actor": {"rollout_n": 2}}}, FSDP)
+    assert problems == [("actor_rollout_ref.actor.rollout_n",
+                         "2 disagrees with the scenario's workload.group_size 4: give it once")]
+
+
+def test_rollout_n_is_where_verl_users_set_the_group():
+    """verl's config sets actor.rollout_n from actor_rollout_ref.rollout.n: either spelling is the group size, and
+    the two given apart must agree."""
+    out, problems = prepare({"workload": {"batch_size": 16},
+                             "actor_rollout_ref": {"rollout": {"n": 4}, "actor": {"ppo_mini_batch_size": 2}}}, FSDP)
+    assert problems == [] and out["workload"]["group_size"] == 4 and out["workload"]["mini_batches"] == 2
+    assert out["actor_rollout_ref"]["actor.rollout_n"] == 4 and "rollout.n" not in out["actor_rollout_ref"]
+    _, problems = prepare({"workload": {"group_size": 4}, "actor_rollout_ref": {"rollout": {"n": 2}}}, FSDP)
     assert problems == [("actor_rollout_ref.actor.rollout_n",
                          "2 disagrees with the scenario's workload.group_size 4: give it once")]

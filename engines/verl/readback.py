@@ -249,8 +249,14 @@ def micro_batches(engine: Any, key: str, requested: Any) -> Any:
     if not all(m.by_tokens for m in made):
         return "verl split the micro-batches by rows"
     budget = float(requested) * engine.sequence_parallel_size()
-    largest = max(t for m in made for t in m.tokens)
-    return requested if largest <= budget else f"a micro-batch of {largest} tokens (budget {budget:g})"
+    largest, rows = max((t, r) for m in made for t, r in zip(m.tokens, m.rows, strict=True))
+    if largest <= budget:
+        return requested
+    # several sequences over the budget could have been split: verl's balanced partition (ceil(tokens / budget)
+    # micro-batches is a lower bound) kept them together; one sequence over it cannot be split
+    split = ("; verl's balanced partition kept them together (verl/utils/seqlen_balancing.py "
+             "rearrange_micro_batches)") if rows > 1 else ""
+    return f"a micro-batch of {largest} tokens in {rows} sequence{'s' if rows > 1 else ''} (budget {budget:g}){split}"
 
 
 @rule("backend")

@@ -91,3 +91,18 @@ def test_an_echo_rule_is_caught(monkeypatch):
     monkeypatch.setitem(readback.RULES, "global_batch", lambda engine, key, requested: requested)
     rule, key, requested, observed, effective = next(c for c in CASES if c[0] == "global_batch")
     assert readback.RULES[rule](_engine(**observed), key, requested) != effective
+
+
+def test_a_token_budget_exceeded_says_whether_verl_could_have_split_the_micro_batch():
+    """Two sequences over the budget in one micro-batch: verl's balanced partition kept them together (verl's main
+    branch at 1dda039b9 does, its 0.9.1 release raises the count until each fits); one sequence over it cannot be
+    split. A micro-batch within the budget agrees."""
+    def effective(tokens, rows):
+        engine = _engine(micro_batching=[observe.MicroBatching("train", True, rows, tokens)])
+        return readback.RULES["micro_batches"](engine, "actor.ppo_max_token_len_per_gpu", 40)
+
+    assert effective((23, 40), (1, 2)) == 40
+    assert effective((46, 20), (2, 1)) == ("a micro-batch of 46 tokens in 2 sequences (budget 40); verl's balanced "
+                                           "partition kept them together (verl/utils/seqlen_balancing.py "
+                                           "rearrange_micro_batches)")
+    assert effective((46, 20), (1, 1)) == "a micro-batch of 46 tokens in 1 sequence (budget 40)"

@@ -254,7 +254,8 @@ def micro_batches(engine: Any, key: str, requested: Any) -> Any:
         return requested
     # several sequences over the budget could have been split: verl's balanced partition (ceil(tokens / budget)
     # micro-batches is a lower bound) kept them together; one sequence over it cannot be split
-    split = ("; verl's balanced partition kept them together (verl/utils/seqlen_balancing.py "
+    # (no apostrophe: the judge quotes the value with repr)
+    split = ("; verl did not split them (its balanced partition: verl/utils/seqlen_balancing.py "
              "rearrange_micro_batches)") if rows > 1 else ""
     return f"a micro-batch of {largest} tokens in {rows} sequence{'s' if rows > 1 else ''} (budget {budget:g}){split}"
 

@@ -102,7 +102,7 @@ def test_a_token_budget_exceeded_says_whether_verl_could_have_split_the_micro_ba
         return readback.RULES["micro_batches"](engine, "actor.ppo_max_token_len_per_gpu", 40)
 
     assert effective((23, 40), (1, 2)) == 40
-    assert effective((46, 20), (2, 1)) == ("a micro-batch of 46 tokens in 2 sequences (budget 40); verl's balanced "
-                                           "partition kept them together (verl/utils/seqlen_balancing.py "
+    assert effective((46, 20), (2, 1)) == ("a micro-batch of 46 tokens in 2 sequences (budget 40); verl did not "
+                                           "split them (its balanced partition: verl/utils/seqlen_balancing.py "
                                            "rearrange_micro_batches)")
     assert effective((46, 20), (1, 1)) == "a micro-batch of 46 tokens in 1 sequence (budget 40)"

@@ -88,6 +88,8 @@ def test_forked_launcher_kills_hung_ranks(runner, write_yaml):
 
 
 @pytest.mark.slow
+# multi-node launch: the nightly's cpu lane runs it beside its two-node rehearsal (nightly.yml), not .ci/run
+@pytest.mark.nightly
 def test_two_nodes_on_loopback(write_yaml, tmp_path, cache_dir):
     """Node 1 and node 0 are separate `parity run` processes meeting at one rendezvous port; node 0 judges."""
     from parity.harness.run.launch import free_port

@@ -102,6 +102,8 @@ def test_every_fault_has_a_clean_twin() -> None:
         assert clean[twin.id].content_hash() == twin.content_hash(), twin.id
 
 
+# watches an upstream defect (a `broken:` row's lifted mark), not the harness: the nightly's cpu lane runs it
+@pytest.mark.nightly
 def test_the_distributed_optimizers_resume_on_torch_adamw_still_fails_unpatched(runner: Runner) -> None:
     """scenarios/cpu.yaml's distopt-resume row, its broken mark lifted: Megatron's DistributedOptimizer on torch's
     AdamW (what Megatron picks without TE / Apex) runs unpatched, and its resume is off the uninterrupted run. When

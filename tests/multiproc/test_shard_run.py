@@ -25,6 +25,9 @@ def rows(directory) -> dict[str, list[str]]:
     return {r["id"]: row(r, COMPARED) for r in results}
 
 
+# sharding serves the nightly's multi-worker lanes, which run this (the merge of shard out dirs by `parity report`
+# stays in .ci/run: test_cli.py test_failure_exits_1_and_report_merges_shards)
+@pytest.mark.nightly
 def test_two_shards_merge_into_the_unsharded_rows(write_yaml, tmp_path, cache_dir, capsys):
     matrix = str(write_yaml(MATRIX))
     common = ["--cache-dir", str(cache_dir)]

@@ -73,7 +73,7 @@ PLANTED = {
                     ['[syntax-check] unexpected key "runs_on"', "[schema] Additional properties are not allowed "
                      "('runs_on' was unexpected)"]),
     "broken_expression": ("${{ inputs.k }}", "${{ inputs.k }", ["[expression] got unexpected EOF"]),
-    "undefined_needs": ("needs: [smoke, strict, ascend, cpu, verl-cpu]",
+    "undefined_needs": ("needs: [smoke, strict, ascend, cpu, verl-cpu, megatron012-cpu]",
                         "needs: [smoke, strict, ascend, cpu, verl-cpu, gpu]",
                         ['[job-needs] job "report" needs job "gpu" which does not exist']),
     "undeclared_runner_label": ("runner: linux-aarch64-a3-16", "runner: linux-aarch64-a9-99",
@@ -101,8 +101,9 @@ CONTRACT = {
     "cpu_lane_gated": ("    if: inputs.device != 'npu'\n",
                        "    if: inputs.device != 'npu' && vars.PARITY_ASCEND_RUNNERS == 'true'\n",
                        "ascend-contract", 'job "cpu" is not an Ascend job but depends on the Ascend switch'),
-    "report_skipped": ("    needs: [smoke, strict, ascend, cpu, verl-cpu]\n    if: ${{ !cancelled() }}\n",
-                       "    needs: [smoke, strict, ascend, cpu, verl-cpu]\n", "ascend-contract",
+    "report_skipped": ("    needs: [smoke, strict, ascend, cpu, verl-cpu, megatron012-cpu]\n"
+                       "    if: ${{ !cancelled() }}\n",
+                       "    needs: [smoke, strict, ascend, cpu, verl-cpu, megatron012-cpu]\n", "ascend-contract",
                        'job "report" needs an Ascend job without `always()` or `!cancelled()`'),
     # the a3-16 lane on the 910B image
     "910b_image_on_a3": ("            image: current_a3\n", "            image: current_910b\n", "ascend-contract",

@@ -13,9 +13,11 @@ import torch
 GRPO_EPS = 1e-6
 #: verl_F.masked_whiten's variance epsilon (rsqrt(var + eps))
 WHITEN_EPS = 1e-8
-#: clip_cov / kl_cov settings at verl's defaults (actor.policy_loss.*; the Workload does not vary them)
+#: clip_cov / kl_cov settings at verl's config defaults (actor.policy_loss.*, verl/workers/config/actor.py
+#: PolicyLossConfig; the Workload does not vary them). ppo_kl_coef is 0.1 there: the 1.0 in compute_policy_loss_kl_cov
+#: is only its fallback for a config without the field
 CLIP_COV_RATIO, CLIP_COV_LB, CLIP_COV_UB = 0.0002, 1.0, 5.0
-KL_COV_RATIO, PPO_KL_COEF = 0.0002, 1.0
+KL_COV_RATIO, PPO_KL_COEF = 0.0002, 0.1
 
 
 # ---- scoring -------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ engine in each rank. Imports verl: call only where verl can be imported (engines
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,14 +43,23 @@ class VerlConfigError(ValueError):
 
 
 def compose(config_name: str) -> Any:
-    """verl's trainer config with its defaults (Hydra compose of verl/trainer/config/<config_name>.yaml)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    """verl's trainer config with its defaults (Hydra compose of verl/trainer/config/<config_name>.yaml): a copy
+    of this process's one composition per config directory and name (Hydra reads and merges some hundred YAML
+    files each time; validating a scenario file composed once per row)."""
+    from omegaconf import OmegaConf
 
     root = source.package_dir()
     if root is None:
         raise RuntimeError("verl is not importable here")
-    with initialize_config_dir(config_dir=str(root / "trainer" / "config"), version_base=None):
+    return OmegaConf.create(_composed(str(root / "trainer" / "config"), config_name))
+
+
+@functools.cache
+def _composed(config_dir: str, config_name: str) -> Any:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
         return hydra_compose(config_name=config_name)
 
 

@@ -18,3 +18,10 @@ if source.problem() is None:
     with contextlib.suppress(ImportError):
         import verl.workers.engine
         import verl.workers.utils.losses  # noqa: F401
+
+        from parity.engines.verl import config
+        from parity.engines.verl.fsdp import VerlFSDPEngine
+
+        # Hydra's composition of verl's trainer config costs each rank ~0.4 s per row: composed here once, every
+        # forked rank starts from a copy of it (engines/verl/config.py compose)
+        config.compose(VerlFSDPEngine.config_name)

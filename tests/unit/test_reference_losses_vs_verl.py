@@ -90,6 +90,7 @@ def test_each_policy_loss_is_verls_in_value_and_gradient(batch, mode):
 def test_a_wrong_kl_cov_coefficient_is_caught(batch, monkeypatch):
     monkeypatch.setattr(ref, "PPO_KL_COEF", 1.0)
     (loss, grad), (verl_loss, verl_grad) = _losses("kl_cov", batch)
+    assert not torch.allclose(loss, verl_loss, rtol=1e-6, atol=1e-7)
     assert not torch.allclose(grad, verl_grad, rtol=1e-6, atol=1e-7)
 
 

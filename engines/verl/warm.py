@@ -22,6 +22,6 @@ if source.problem() is None:
         from parity.engines.verl import config
         from parity.engines.verl.fsdp import VerlFSDPEngine
 
-        # Hydra's composition of verl's trainer config costs each rank ~0.4 s per row: composed here once, every
-        # forked rank starts from a copy of it (engines/verl/config.py compose)
+        # Hydra's composition of verl's trainer config would cost each rank its own per row: composed here once,
+        # every forked rank starts from a copy of it (engines/verl/config.py compose)
         config.compose(VerlFSDPEngine.config_name)

@@ -105,3 +105,33 @@ def test_bad_input_is_named_with_exit_2(megatron_clone, tmp_path, scenario_file)
     done = run_cli("bisect", "scenarios/cpu.yaml", "-k", "tiny-qwen3", "--project", "megatron-lm", "--repo", str(repo),
                    "--good", commits["good"], "--bad", commits["bad"], "--out", str(tmp_path))
     assert done.returncode == 2 and "bisect needs one" in done.stderr, done.stderr
+
+
+@pytest.mark.nightly  # two nights and a bisection, each a fresh `parity run`: minutes on 2 cores
+def test_a_real_failing_night_names_its_cause_on_the_first_screen(megatron_clone, tmp_path, cache_dir, scenario_file):
+    """Issue 35's "done when" on real nights, not written results: last night the row ran against the Megatron-LM
+    tree at `good` and PASSed, tonight at `bad` (the RoPE regression two commits back) it FAILs; tonight's run reads
+    last night's out dir (--history), `parity bisect --flipped` finds the regression, and report.html's first
+    screen in headless Chromium names the failing row, its first divergent step and module, the Megatron-LM
+    commit that changed since the previous night, and the first bad commit."""
+    from parity.harness.bisect import PROJECTS, environment
+    from tests.browser import CHROMIUM, first_screen
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    repo, commits = megatron_clone
+    for night, commit_id in (("prev", commits["good"]), ("now", commits["bad"])):
+        tree = tmp_path / f"tree-{night}"
+        git(repo, "worktree", "add", "-q", "--detach", str(tree), commit_id)
+        history = ["--history", str(tmp_path / "prev")] if night == "now" else []
+        done = run_cli("run", str(scenario_file), "--out", str(tmp_path / night), "--cache-dir", str(cache_dir),
+                       *history, env=environment(PROJECTS["megatron-lm"], tree), timeout=900)
+        assert done.returncode == (1 if night == "now" else 0), done.stdout + done.stderr
+    done = run_cli("bisect", "--flipped", str(tmp_path / "now"), "--history", str(tmp_path / "prev"), "--cache-dir",
+                   str(cache_dir), timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    screen = first_screen((tmp_path / "now" / "report.html").read_text(), tmp_path)
+    assert ROW in screen, screen
+    assert "first divergent module:" in screen and "step 1" in screen, screen
+    assert f"{commits['good'][:10]}" in screen and f"{commits['bad'][:10]}" in screen, screen  # what changed
+    assert f"first bad megatron-lm commit for {ROW}: {commits['regression'][:10]}" in screen, screen

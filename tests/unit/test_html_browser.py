@@ -7,30 +7,15 @@ from __future__ import annotations
 
 import html as markup
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
 from PIL import Image
 
 from parity.reports import html
+from tests.browser import SCREEN, body_tag, browse, first_screen, needs_chromium
 from tests.unit.report_pages import RESULTS, night
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def browse(page: Path, tmp: Path, *mode: str, size: str = "1400,1400") -> str:
-    done = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp / 'profile'}", f"--window-size={size}",
-                           *mode, page.as_uri()], capture_output=True, text=True, timeout=120, cwd=tmp)
-    return done.stdout
-
-
-def body_tag(dom: str) -> str:
-    return dom[dom.index("<body"):].split(">", 1)[0]
+pytestmark = needs_chromium
 
 
 def test_page_renders_without_script_errors_and_is_not_blank(tmp_path):
@@ -56,9 +41,6 @@ def test_a_script_error_is_seen(tmp_path):
     tag = body_tag(browse(page, tmp_path, "--dump-dom"))
     assert 'data-ready="1"' not in tag and "undefinedCall" in tag
 
-
-SCREEN = (1280, 800)
-"""A laptop's first screen: what a reviewer sees before scrolling."""
 
 #: appended to a copy of the page under test: where things are laid out, as JSON on the body
 MEASURE = """<script>
@@ -178,24 +160,12 @@ def _planted_night() -> tuple[list[dict], object]:
     return rows, block
 
 
-FIRST_SCREEN = """<script>
-var inView = function (el) { var r = el.getBoundingClientRect(); return r.top >= 0 && r.bottom <= window.innerHeight
-  && r.width > 0; };
-var seen = Array.from(document.querySelectorAll("#provenance div, #provenance li, #failures li, #failures li div"))
-  .filter(inView).map(function (el) { return el.innerText; });
-document.body.dataset.screen = JSON.stringify(seen);
-</script></body>"""
-
-
 def test_a_failing_night_names_its_cause_on_the_first_screen(tmp_path):
     """Done when (issue 35): the first screen of a planted failing night names the failing rows, their first
     divergent step and module, the versions that changed since the previous night and, for the row against an
     upstream branch, the first bad commit."""
     rows, block = _planted_night()
-    text = html.render(rows, wall_s=65.0, figures=[None] * len(rows), provenance=block)
-    page = html.write(tmp_path, text.replace("</body>", FIRST_SCREEN))
-    tag = body_tag(browse(page, tmp_path, "--dump-dom", size=f"{SCREEN[0]},{SCREEN[1]}"))
-    screen = "\n".join(json.loads(markup.unescape(tag.split('data-screen="', 1)[1].split('"', 1)[0])))
+    screen = first_screen(html.render(rows, wall_s=65.0, figures=[None] * len(rows), provenance=block), tmp_path)
     for bad in (r for r in rows if r["verdict"] in ("FAIL", "ERROR")):
         assert bad["id"] in screen, bad["id"]
     assert "first divergent module: layer1.attention (forward, step 1" in screen
@@ -204,8 +174,5 @@ def test_a_failing_night_names_its_cause_on_the_first_screen(tmp_path):
     assert "first bad verl commit for tiny-qwen3/verl_fsdp/dp2/fp32/cpu: 77e0f1d2aa" in screen
     # the defect: the same night with what the page held before (no provenance, no module, no commit)
     bare = [{k: v for k, v in r.items() if k not in ("bisect", "metrics")} for r in rows]
-    text = html.render(bare, wall_s=65.0, figures=[None] * len(rows))
-    page = html.write(tmp_path / "bare", text.replace("</body>", FIRST_SCREEN))
-    tag = body_tag(browse(page, tmp_path, "--dump-dom", size=f"{SCREEN[0]},{SCREEN[1]}"))
-    screen = "\n".join(json.loads(markup.unescape(tag.split('data-screen="', 1)[1].split('"', 1)[0])))
+    screen = first_screen(html.render(bare, wall_s=65.0, figures=[None] * len(rows)), tmp_path)
     assert "first divergent module" not in screen and "first bad" not in screen and "changed:" not in screen

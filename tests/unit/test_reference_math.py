@@ -188,9 +188,10 @@ def test_kl_cov_adds_the_abs_kl_on_the_largest_covariance_token():
     old = torch.tensor([[1.0, 0.0], [0.0, -1.0]])
     logp = old + torch.tensor([[0.3, 0.1], [-0.2, 0.1]])
     losses = ref.kl_cov(logp, old, adv, torch.ones(2, 2))
-    # covs over real tokens (means: A 0, logp 0.075): largest is (0, 0): + |0.3|
+    # covs over real tokens (means: A 0, logp 0.075): largest is (0, 0): + ppo_kl_coef |0.3|, verl's config
+    # default coefficient 0.1 (verl/workers/config/actor.py PolicyLossConfig)
     want = -adv * torch.exp(logp - old)
-    want[0, 0] += 0.3
+    want[0, 0] += 0.1 * 0.3
     assert close(losses, want)
 
 

@@ -123,17 +123,20 @@ def build_scheduler(optimizer: torch.optim.Optimizer, workload: Any,
 @dataclass(frozen=True, slots=True)
 class Update:
     epoch: int
-    rows: slice
-    """The mini-batch: consecutive rows of the step's batch (verl `shuffle: false`)."""
+    rows: torch.Tensor
+    """The mini-batch's rows of the step's batch, in order (verl `shuffle: false`)."""
     step_scheduler: bool
     """Whether the scheduler steps after this update: after the step's last one only (verl _update_actor)."""
 
 
 def update_plan(workload: Any) -> list[Update]:
-    """ppo_epochs passes over mini_batches in-order mini-batches, one optimizer update each; the scheduler after
-    the last."""
-    size = workload.batch_size // workload.mini_batches
-    plan = [Update(epoch, slice(i * size, (i + 1) * size), False)
-            for epoch in range(workload.ppo_epochs) for i in range(workload.mini_batches)]
+    """ppo_epochs passes over mini_batches mini-batches, one optimizer update each; the scheduler after the last.
+    The batch is cut into mini_batch_shards consecutive shards, and the i-th mini-batch is the i-th slice of each
+    (one shard: consecutive rows)."""
+    shard = workload.batch_size // workload.mini_batch_shards
+    size = shard // workload.mini_batches
+    batches = [torch.cat([torch.arange(s * shard + i * size, s * shard + (i + 1) * size)
+                          for s in range(workload.mini_batch_shards)]) for i in range(workload.mini_batches)]
+    plan = [Update(epoch, rows, False) for epoch in range(workload.ppo_epochs) for rows in batches]
     plan[-1] = Update(plan[-1].epoch, plan[-1].rows, True)
     return plan

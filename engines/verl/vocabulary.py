@@ -531,4 +531,19 @@ def rl_step_keys(out: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, s
                                                                   f"{batch // sequences} mini-batches of the batch "
                                                                   f"({batch}); the scenario's workload.mini_batches "
                                                                   f"is {workload['mini_batches']!r}: give it once"))
+    problems += _mini_batch_shards(workload, out)
     return {**out, BLOCK: flat, **({"workload": workload} if workload else {})}, problems
+
+
+def _mini_batch_shards(workload: dict[str, Any], out: dict[str, Any]) -> list[tuple[str, str]]:
+    """verl's single controller hands each data-parallel rank one consecutive chunk of the batch and each rank cuts
+    its own into mini-batches (TrainingWorker.train_mini_batch): the workload's mini-batches are drawn from dp
+    shards. Written into the workload where there are several mini-batches; given, it must be the dp size."""
+    dp = int((out.get("layout") or {}).get("dp", 1))
+    if int(workload.get("mini_batches", 1)) == 1 or dp == 1:
+        return []
+    given = workload.setdefault("mini_batch_shards", dp)
+    if int(given) != dp:
+        return [("workload.mini_batch_shards", f"{given!r}: verl draws each mini-batch from its {dp} data-parallel "
+                                               "ranks' consecutive chunks of the batch (layout.dp)")]
+    return []

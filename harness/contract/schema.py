@@ -97,8 +97,8 @@ class Layout(_Strict):
 SCHEDULE_FIELDS = ("weight_decay_exempt", "lr_warmup_steps", "lr_warmup_steps_ratio", "lr_scheduler_type",
                    "min_lr_ratio")
 #: Workload fields of verl's RL step (its actor's and algorithm's keys), likewise left out at their defaults
-RL_STEP_FIELDS = ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "policy_loss", "mini_batches", "ppo_epochs",
-                  "adv_estimator", "use_kl_loss", "kl_loss_coef", "kl_loss_type")
+RL_STEP_FIELDS = ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "policy_loss", "mini_batches",
+                  "mini_batch_shards", "ppo_epochs", "adv_estimator", "use_kl_loss", "kl_loss_coef", "kl_loss_type")
 
 
 class Workload(_Strict):
@@ -177,6 +177,11 @@ class Workload(_Strict):
     """Optimizer updates per step: the global batch split in order into this many mini-batches (verl's
     `actor.ppo_mini_batch_size` = batch_size / mini_batches / group_size prompts; `actor.shuffle: false`). Loss
     and pre-clip grad norm are recorded per update; the learning-rate scheduler steps once per step."""
+    mini_batch_shards: int = Field(1, ge=1)
+    """How a mini-batch is drawn from the step's batch: cut into this many consecutive shards, the u-th
+    mini-batch is every shard's u-th slice (verl's single controller hands each data-parallel rank one consecutive
+    chunk and each rank cuts its own into mini-batches: verl/workers/engine_workers.py TrainingWorker.
+    train_mini_batch); 1: consecutive rows. The verl engines set it to their data-parallel size."""
     ppo_epochs: int = Field(1, ge=1)
     """verl's `actor.ppo_epochs`: passes over the step's mini-batches, each against the step's old log-probs."""
     adv_estimator: Literal["grpo", "rloo", "reinforce_plus_plus", "gae"] | None = None
@@ -253,12 +258,14 @@ class Workload(_Strict):
                 getattr(self, name) != type(self).model_fields[name].default for name in RL_STEP_FIELDS):
             raise ValueError("the RL step's settings (clip ratios, policy_loss, mini_batches, ppo_epochs, "
                              "adv_estimator, KL loss) apply to loss: grpo only")
-        rows = self.batch_size // self.mini_batches
-        if self.batch_size % self.mini_batches:
-            raise ValueError(f"batch_size({self.batch_size}) is not divisible by mini_batches({self.mini_batches})")
+        slices = self.mini_batches * self.mini_batch_shards
+        rows = self.batch_size // slices
+        if self.batch_size % slices:
+            raise ValueError(f"batch_size({self.batch_size}) is not divisible by mini_batches({self.mini_batches})"
+                             f" x mini_batch_shards({self.mini_batch_shards})")
         if self.group_size is not None and rows % self.group_size:
-            raise ValueError(f"a mini-batch of {rows} rows splits a group of {self.group_size}: batch_size / "
-                             "mini_batches must be a multiple of group_size")
+            raise ValueError(f"a mini-batch slice of {rows} rows splits a group of {self.group_size}: batch_size / "
+                             "(mini_batches x mini_batch_shards) must be a multiple of group_size")
         return self
 
     @property

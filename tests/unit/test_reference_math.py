@@ -339,7 +339,7 @@ def test_updates_run_mini_batches_in_order_and_step_the_scheduler_once_per_step(
     seen = []
     for _ in range(workload.steps):
         for update in plan(workload):
-            seen.append((update.epoch, update.rows.start, update.rows.stop, opt.param_groups[0]["lr"]))
+            seen.append((update.epoch, int(update.rows[0]), int(update.rows[-1]) + 1, opt.param_groups[0]["lr"]))
             opt.step()
             if update.step_scheduler:
                 scheduler.step()
@@ -347,3 +347,16 @@ def test_updates_run_mini_batches_in_order_and_step_the_scheduler_once_per_step(
     lrs = [0.0] * 4 + [5e-4] * 4 + [1e-3] * 4  # warmup 2 steps: 0, 1/2, 1 per STEP
     assert [s[:3] for s in seen] == rows
     assert close([s[3] for s in seen], lrs, 1e-12) is right
+
+
+def test_mini_batches_drawn_from_shards_are_every_shards_slice():
+    """verl at dp 2: each rank's consecutive half of the batch, cut into its own mini-batches, so the u-th mini-batch
+    is rows u-th quarter of each half; the twin (one shard) takes consecutive quarters."""
+    sharded = Workload(batch_size=16, mini_batches=2, mini_batch_shards=2, ppo_epochs=2)
+    plan = [u.rows.tolist() for u in ropt.update_plan(sharded)]
+    assert plan == [[0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]] * 2
+    consecutive = Workload(batch_size=16, mini_batches=2, ppo_epochs=1)
+    assert [u.rows.tolist() for u in ropt.update_plan(consecutive)] == [list(range(8)), list(range(8, 16))]
+    with pytest.raises(ValueError, match="splits a group of 4"):
+        Workload(batch_size=16, mini_batches=2, mini_batch_shards=4, group_size=4, adv_estimator="grpo",
+                 advantages="seeded")

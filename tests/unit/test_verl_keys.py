@@ -232,3 +232,16 @@ def test_rollout_n_is_where_verl_users_set_the_group():
     _, problems = prepare({"workload": {"group_size": 4}, "actor_rollout_ref": {"rollout": {"n": 2}}}, FSDP)
     assert problems == [("actor_rollout_ref.actor.rollout_n",
                          "2 disagrees with the scenario's workload.group_size 4: give it once")]
+
+
+def test_several_mini_batches_at_dp_are_drawn_from_each_ranks_chunk():
+    """verl hands each data-parallel rank a consecutive chunk and each cuts its own mini-batches: the workload says
+    so (mini_batch_shards = dp); a scenario that insists on consecutive mini-batches at dp 2 is refused."""
+    raw = {"layout": {"dp": 2}, "workload": {"batch_size": 16},
+           "actor_rollout_ref": {"actor": {"rollout_n": 4, "ppo_mini_batch_size": 2}}}
+    out, problems = prepare(raw, FSDP)
+    assert problems == [] and out["workload"]["mini_batches"] == 2 and out["workload"]["mini_batch_shards"] == 2
+    out, problems = prepare({**raw, "layout": {"dp": 1}}, FSDP)
+    assert problems == [] and "mini_batch_shards" not in out["workload"]
+    _, problems = prepare({**raw, "workload": {"batch_size": 16, "mini_batch_shards": 1}}, FSDP)
+    assert [key for key, _ in problems] == ["workload.mini_batch_shards"]

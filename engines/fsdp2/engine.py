@@ -31,6 +31,7 @@ from parity.harness.contract.faults import FaultPlan
 from parity.harness.contract.fingerprint import Points, hf_points
 from parity.harness.contract.losses import logprobs_and_entropy, masked_loss_sum
 from parity.harness.contract.optim_state import finish_resume, torch_optimizer_steps
+from parity.harness.contract.parallel_dims import ParallelDims
 from parity.harness.contract.workload import Batch, per_position
 
 #: where the DCP checkpoint and the scheduler's state go in a checkpoint directory
@@ -44,16 +45,15 @@ class FSDP2Engine(Engine):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        layout = self.ctx.scenario.layout
-        self.sp, self.tp = layout.ulysses, layout.tp
-        self.dp = self.ctx.world_size // (self.sp * self.tp)
+        dims = ParallelDims.of(self.ctx.scenario.layout)
+        self.sp, self.tp, self.dp = dims.ulysses, dims.tp, dims.dp
         self.dp_rank, inner = divmod(self.ctx.rank, self.sp * self.tp)
         self.sp_rank = inner if self.sp > 1 else 0
         self.tp_rank = inner if self.tp > 1 else 0
+        device = self.ctx.device.type
         if self.sp > 1:
             ulysses.register()
-            groups = [dist.new_group(list(range(d * self.sp, (d + 1) * self.sp))) for d in range(self.dp)]
-            self.ulysses_group = groups[self.dp_rank]
+            self.ulysses_group = dims.build_mesh(device, ("dp", "ulysses"))["ulysses"].get_group()
         attention = ulysses.ATTN_NAME if self.sp > 1 else "sdpa"
         # verl's way (rank 0 reads, the others build on meta, tensors broadcast into the shards); under TP the
         # parallelize_module calls distribute every weight from its local value, so every rank loads it
@@ -62,12 +62,12 @@ class FSDP2Engine(Engine):
         settings = self.fully_shard_settings(self.ctx.scenario.fsdp_kwargs)
         mp = MixedPrecisionPolicy(param_dtype=settings["param_dtype"], reduce_dtype=settings["reduce_dtype"])
         if self.tp > 1:
-            mesh = init_device_mesh(self.ctx.device.type, (self.dp, self.tp), mesh_dim_names=("dp", "tp"))
+            mesh = dims.build_mesh(device, ("dp", "tp"))
             tensor_parallel.parallelize_decoder(model, mesh["tp"])
             self.tp_group = mesh["tp"].get_group()
             mesh = mesh["dp"]
-        else:
-            mesh = init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
+        else:  # FSDP shards over the whole world, the Ulysses ranks too (verl's way)
+            mesh = init_device_mesh(device, (self.ctx.world_size,))
         for layer in model.model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=settings["reshard_after_forward"])
         fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=settings["reshard_after_forward"])

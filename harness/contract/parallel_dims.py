@@ -1,6 +1,7 @@
 """A layout's parallel degrees and every rule that relates them to the batch, the sequence and the model, in one
-place (shaped like torchtitan's distributed/parallel_dims.py ParallelDims: the degrees, then validation whose
-message names every factor). Torch-free: validation calls it before any process starts; a family's own rules
+place (shaped like torchtitan's distributed/parallel_dims.py ParallelDims: the degrees, validation whose message
+names every factor, and the device mesh an engine builds from them). Torch-free at import: validation calls it
+before any process starts, and only `build_mesh` (in a rank) imports torch; a family's own rules
 (EngineSpec.rules: engines/megatron/rules.py, engines/fsdp2/rules.py, engines/verl/rules.py) add what only its
 engines require."""
 
@@ -29,6 +30,19 @@ class ParallelDims:
     def of(cls, layout: Any) -> ParallelDims:
         return cls(dp=layout.dp, tp=layout.tp, pp=layout.pp, vpp=layout.vpp, cp=layout.cp, ep=layout.ep,
                    etp=layout.etp, ulysses=layout.ulysses, sequence_parallel=layout.sequence_parallel)
+
+    @property
+    def world_size(self) -> int:
+        """The ranks the degrees span (expert and virtual-pipeline degrees subdivide them)."""
+        return self.dp * self.tp * self.pp * self.cp * self.ulysses
+
+    def build_mesh(self, device_type: str, names: tuple[str, ...]) -> Any:
+        """A torch DeviceMesh over the named degrees, outermost first, each dimension named as here (torchtitan's
+        build_mesh): an engine slices its process groups from it (mesh["tp"].get_group()) instead of carving
+        ranks by hand. Every rank calls it, in the same order (it creates process groups)."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(device_type, tuple(getattr(self, name) for name in names), mesh_dim_names=names)
 
     def batch_problems(self, batch_size: int) -> list[Problem]:
         if batch_size % self.dp:

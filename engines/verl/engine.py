@@ -255,8 +255,12 @@ class VerlEngine(Engine):
     def applied_kwargs(self) -> dict[str, Any]:
         """Each verl key given, with what verl did with it: its read-back where the key table names one; a key at
         verl's own default otherwise reports the value verl's config holds (a drop could not change anything)."""
+        from parity.engines.verl import observe
         from parity.engines.verl.readback import NOT_READ, read_back
 
+        if self.ctx.scenario.layout.pp > 1:  # the loss runs on the last stage: its calls, read on every rank
+            fields = {key.rsplit(".", 1)[-1] for key, rule in self.keys.read_back.items() if rule.rule == "loss_config"}
+            observe.gather_loss_calls(self.observed, fields)
         given = self.ctx.scenario.actor_rollout_ref
         applied = {}
         for key, requested in given.items():

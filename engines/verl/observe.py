@@ -16,8 +16,10 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -82,6 +84,21 @@ class MiniBatches:
     rows: list[int] = field(default_factory=list)
     """Rows of each mini-batch make_iterator yielded, in order, over every epoch."""
 
+
+
+def gather_loss_calls(seen: Observations, config_fields: Iterable[str]) -> None:
+    """A pipeline computes the loss on its last stage only: what verl's loss did there (its config's
+    `config_fields`, the policy-loss calls, the KL types), gathered from every rank into `seen`, so the loss
+    read-backs of the rank that reports read what verl did. Every rank calls it (a collective)."""
+    import torch.distributed as dist
+
+    mine = ([SimpleNamespace(**{name: getattr(config, name, None) for name in config_fields})
+             for config in seen.loss_configs], seen.policy_losses, seen.kl_types)
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    seen.loss_configs = [config for configs, _, _ in every for config in configs]
+    seen.policy_losses = [call for _, calls, _ in every for call in calls]
+    seen.kl_types = [kind for _, _, kinds in every for kind in kinds]
 
 @dataclass(frozen=True)
 class MicroBatching:

@@ -94,13 +94,36 @@ def read(path: Path) -> list[dict[str, Any]]:
     return results
 
 
+#: the upstream projects a row can run from a release or a source tree (provenance keys)
+UPSTREAM = ("verl", "mindspeed", "megatron_lm")
+
+
+def upstream_label(result: dict[str, Any]) -> str:
+    """The upstream stack a row ran on, stable from night to night: each upstream project's version, and "tree"
+    where it ran from a source tree (PARITY_VERL_SRC, a MindSpeed or Megatron-LM clone) rather than a release."""
+    provenance = result.get("provenance") or {}
+    parts = []
+    for name in UPSTREAM:
+        info = provenance.get(name)
+        if isinstance(info, dict) and (info.get("version") or info.get("commit")):
+            tree = info.get("source") not in (None, "installed package") or bool(info.get("tree"))
+            parts.append(f"{name.replace('_', '-')} {info.get('version') or '?'}{' tree' if tree else ''}")
+    return ", ".join(parts)
+
+
 def load(directories: list[Path]) -> list[dict[str, Any]]:
-    """Results of several shards, merged; a later line for the same id wins."""
-    merged: dict[str, dict[str, Any]] = {}
+    """Results of several shards, merged; a later line for the same id on the same upstream stack wins. The same
+    row run on two stacks (the nightly's verl lanes: verl's release and its main branch) is two rows, side by side,
+    each id followed by its stack in brackets."""
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
     for directory in directories:
         path = directory / RESULTS if directory.is_dir() else directory
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist")
         for result in read(path):
-            merged[result["id"]] = result
-    return list(merged.values())
+            merged[(result["id"], upstream_label(result))] = result
+    by_id: dict[str, list[tuple[str, dict[str, Any]]]] = {}  # first appearance order, a row's stacks together
+    for (run_id, stack), result in merged.items():
+        by_id.setdefault(run_id, []).append((stack, result))
+    return [result if len(runs) == 1 else {**result, "id": f"{run_id} [{stack}]"}
+            for run_id, runs in by_id.items() for stack, result in runs]

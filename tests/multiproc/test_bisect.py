@@ -35,28 +35,38 @@ def commit(repo: Path, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
+def planted_history(package: str, repo: Path, where: str, path: str, old: str, new: str,
+                    subject: str) -> dict[str, str]:
+    """A git repository at `repo` of an installed package's source (copied to `where` under it): the source as
+    installed (good), a README (harmless), the regression (every `old` -> `new` in `path`, committed as `subject`),
+    a comment (harmless, bad). Skips where the package is not installed."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"{package} is not installed")
+    shutil.copytree(Path(next(iter(spec.submodule_search_locations))), repo / where,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for parent in Path(where).parents[:-1]:  # a namespace's parent package (megatron/ of megatron/core)
+        (repo / parent / "__init__.py").touch()
+    git(repo, "init", "-q")
+    commits = {"good": commit(repo, f"{package} as installed")}
+    (repo / "README.md").write_text("a harmless change\n")
+    commits["readme"] = commit(repo, "docs: a README")
+    planted = repo / path
+    text = planted.read_text()
+    assert old in text, f"{path} no longer holds {old!r}: update the planted regression"
+    planted.write_text(text.replace(old, new))
+    commits["regression"] = commit(repo, subject)
+    planted.write_text(planted.read_text() + "\n# a harmless comment\n")
+    commits["bad"] = commit(repo, "style: a comment")
+    return commits
+
+
 @pytest.fixture(scope="module")
 def megatron_clone(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A git repo of megatron-core's source: base, a README change, the RoPE regression, a comment change."""
-    spec = importlib.util.find_spec("megatron.core")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("megatron-core is not installed")
     repo = tmp_path_factory.mktemp("megatron-lm")
-    shutil.copytree(Path(next(iter(spec.submodule_search_locations))), repo / "megatron" / "core",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    (repo / "megatron" / "__init__.py").touch()
-    git(repo, "init", "-q")
-    commits = {"good": commit(repo, "megatron-core as installed")}
-    (repo / "README.md").write_text("a harmless change\n")
-    commits["readme"] = commit(repo, "docs: a README")
-    rope = repo / ROPE
-    text = rope.read_text()
-    assert "self.inv_freq = 1.0 / (" in text
-    rope.write_text(text.replace("self.inv_freq = 1.0 / (", "self.inv_freq = 1.01 / (", 1))
-    commits["regression"] = commit(repo, "rope: fold the scaling into inv_freq")
-    rope.write_text(rope.read_text() + "\n# a harmless comment\n")
-    commits["bad"] = commit(repo, "style: a comment")
-    return repo, commits
+    return repo, planted_history("megatron.core", repo, "megatron/core", ROPE, "self.inv_freq = 1.0 / (",
+                                 "self.inv_freq = 1.01 / (", "rope: fold the scaling into inv_freq")
 
 
 @pytest.fixture(scope="module")

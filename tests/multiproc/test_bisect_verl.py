@@ -5,15 +5,13 @@ candidate tree and must name that commit. Needs verl (the nightly's verl job run
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
-from tests.multiproc.test_bisect import commit, git
+from tests.multiproc.test_bisect import planted_history
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.nightly]
 ROW = "tiny-qwen3/verl_fsdp/dp2/fp32/cpu+packed"
@@ -25,25 +23,10 @@ VANILLA = ("    negative_approx_kl = torch.clamp(negative_approx_kl, min=-20.0, 
 
 @pytest.fixture(scope="module")
 def verl_clone(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("verl is not installed (the verl lane: ci/constraints-verl.txt)")
     repo = tmp_path_factory.mktemp("verl")
-    shutil.copytree(Path(next(iter(spec.submodule_search_locations))), repo / "verl",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    git(repo, "init", "-q")
-    commits = {"good": commit(repo, "verl as installed")}
-    (repo / "README.md").write_text("a harmless change\n")
-    commits["readme"] = commit(repo, "docs: a README")
-    core = repo / CORE_ALGOS
-    text = core.read_text()
-    assert VANILLA in text, "verl's vanilla policy loss moved: update the planted regression"
-    core.write_text(text.replace(VANILLA, VANILLA.replace("torch.exp(negative_approx_kl)",
-                                                         "torch.exp(negative_approx_kl) * 1.01")))
-    commits["regression"] = commit(repo, "ppo: fold the loss scale into the ratio")
-    core.write_text(core.read_text() + "\n# a harmless comment\n")
-    commits["bad"] = commit(repo, "style: a comment")
-    return repo, commits
+    scaled = VANILLA.replace("torch.exp(negative_approx_kl)", "torch.exp(negative_approx_kl) * 1.01")
+    return repo, planted_history("verl", repo, "verl", CORE_ALGOS, VANILLA, scaled,
+                                 "ppo: fold the loss scale into the ratio")
 
 
 SCENARIO = """

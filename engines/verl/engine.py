@@ -258,9 +258,9 @@ class VerlEngine(Engine):
         from parity.engines.verl import observe
         from parity.engines.verl.readback import NOT_READ, read_back
 
-        if self.ctx.scenario.layout.pp > 1:  # the loss runs on the last stage: its calls, read on every rank
-            fields = {key.rsplit(".", 1)[-1] for key, rule in self.keys.read_back.items() if rule.rule == "loss_config"}
-            observe.gather_loss_calls(self.observed, fields)
+        # what verl's loss did on any rank (a pipeline calls it on its last stage only), read on every rank
+        fields = {key.rsplit(".", 1)[-1] for key, rule in self.keys.read_back.items() if rule.rule == "loss_config"}
+        observe.gather_loss_calls(self.observed, fields)
         given = self.ctx.scenario.actor_rollout_ref
         applied = {}
         for key, requested in given.items():

@@ -291,20 +291,18 @@ def _transformers_lrs(workload):
              "cosine": lambda: optimization.get_cosine_with_min_lr_schedule_with_warmup(
                  opt, warmup, workload.steps, min_lr_rate=workload.min_lr_ratio),
              "linear": lambda: optimization.get_linear_schedule_with_warmup(opt, warmup, workload.steps)}
-    scheduler = build[workload.lr_scheduler_type]()
-    lrs = []
-    for _ in range(workload.steps):
-        lrs.append(opt.param_groups[0]["lr"])
-        opt.step()
-        scheduler.step()
-    return lrs
+    return _stepped(opt, build[workload.lr_scheduler_type](), workload.steps)
 
 
 def _lrs(workload, faults=None):
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=workload.lr)
-    scheduler = ropt.build_scheduler(opt, workload, faults or FaultPlan())
+    return _stepped(opt, ropt.build_scheduler(opt, workload, faults or FaultPlan()), workload.steps)
+
+
+def _stepped(opt, scheduler, steps: int) -> list[float]:
+    """The lr of each step, the scheduler stepped after each."""
     lrs = []
-    for _ in range(workload.steps):
+    for _ in range(steps):
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         scheduler.step()

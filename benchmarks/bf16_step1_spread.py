@@ -1,8 +1,9 @@
 """The bf16 three-way rows at step 1, candidate against its same-recipe bf16 baseline (the same weights, the same
 recipe, before any update): how far apart the pre-clip grad norm and each module's grad norm are in clean runs,
-and what a planted 1 % gradient scale and a x1.5 module gradient move them by. Prints per row class (dense / MoE)
-the worst clean relative difference over the rows and seeds run, the planted ones, and the limit a margin over the
-clean spread gives (limit = margin x worst clean; the smallest effect it detects = limit + worst clean).
+and what a planted 1 % gradient scale and a x1.5 module gradient move them by. Prints per row class (same code:
+the engine runs the baseline's modeling code data-parallel only, dense or MoE; else dense / MoE) the worst clean
+relative difference over the rows and seeds run, the planted ones, and the limit a margin over the clean spread
+gives (limit = margin x worst clean; the smallest effect it detects = limit + worst clean).
 
     python benchmarks/bf16_step1_spread.py [--seeds 0 1 2] [--margin 2.5] [-k SUBSTRING]
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from parity.harness.config.matrix import load_file
 from parity.harness.config.models import model_shape
 from parity.harness.contract.schema import Fault
+from parity.harness.judge.baseline_step1 import same_code
 from parity.harness.judge.reference import baseline_scenario
 from parity.harness.options import RunOptions
 from parity.harness.run.records import RunRecord
@@ -56,7 +58,7 @@ def main() -> None:
         for seed in args.seeds:
             for row in rows:
                 shape = model_shape(row.model)
-                klass = "MoE" if shape and shape.num_experts else "dense"
+                klass = "same code" if same_code(row) else "MoE" if shape and shape.num_experts else "dense"
                 one = row.model_copy(update={"workload": row.workload.model_copy(update={"seed": seed, "steps": 1})})
                 baseline = runner._cached(baseline_scenario(one), "baseline")
                 clean = runner.execute(one, f"{one.id}#s{seed}", out / f"{len(worst)}-{seed}-clean")

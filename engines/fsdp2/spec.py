@@ -12,6 +12,6 @@ FSDP2 = EngineSpec(
     summary="transformers model under torch FSDP2 fully_shard, with Ulysses sequence parallel or 2-D FSDP x TP",
     packings=PACKINGS, checkpoints=("resume", "convert"),
     dims=frozenset({"dp", "ulysses", "tp"}), kwargs_blocks=("fsdp_kwargs",),
-    rules="parity.engines.fsdp2.rules:layout_errors", memory=FSDP2_MEMORY,
+    rules="parity.engines.fsdp2.rules:layout_errors", memory=FSDP2_MEMORY, hf_modeling=True,
     preload=("transformers", "torch.distributed.fsdp", "parity.engines.fsdp2.engine"),
     verl=VerlNames(family="fsdp", block="fsdp_config", config="FSDPEngineConfig", implied=True, default=True))

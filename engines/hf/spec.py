@@ -18,7 +18,7 @@ HF = EngineSpec(
     packings=PACKINGS, checkpoints=("resume", "convert"),
     kwargs_blocks=("engine_kwargs",), loss_agg_modes=LOSS_AGG_MODES, memory=MemoryTraits(scored="response"),
     preload=("transformers", "parity.engines.hf.engine"), source=("parity.engines.hf.common", "parity.reference"),
-    reference=HF_REFERENCE, rl_step=RL_STEP_FIELDS, rules="parity.engines.hf.rules:hf_errors")
+    reference=HF_REFERENCE, rl_step=RL_STEP_FIELDS, rules="parity.engines.hf.rules:hf_errors", hf_modeling=True)
 
 #: imported after the planned engines' preload when it holds transformers and no planned engine patches while
 #: loading: transformers' modeling base and its checkpoint conversion table (engines/transformers_warm.py)

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import math
 
+from parity.harness.config.registry import spec_for
 from parity.harness.contract.grad_groups import describe
+from parity.harness.contract.parallel_dims import ParallelDims
+from parity.harness.contract.schema import Scenario
 from parity.harness.judge.checks import Check
 from parity.harness.judge.compare import rel_diff
 from parity.harness.judge.tolerances import Limits
 from parity.harness.run.records import RunRecord
+
+
+def same_code(scenario: Scenario) -> bool:
+    """Whether the row's engine computes with the baseline's own modeling code (EngineSpec.hf_modeling) on a
+    data-parallel-only layout: every rank runs whole sequences through the whole model, as the baseline does."""
+    dims = ParallelDims.of(scenario.layout)
+    return spec_for(scenario).hf_modeling and dims.world_size == dims.dp
 
 
 def baseline_step1_checks(candidate: RunRecord, baseline: RunRecord, limits: Limits) -> list[Check]:

@@ -96,14 +96,19 @@ same-recipe baseline are set per row class (MOE_UPDATES): x2.5 the worst clean s
 MOE_UPDATES = {"bf16": {"grad_norm_rel_baseline_step1": 0.0145, "group_grad_norm_rel_baseline_step1": 0.33}}
 """Per dtype, a MoE row's limits where they differ from a dense row's: the router's bf16 top-k flips a token's
 experts between the two implementations, so MoE gradients spread wider than dense ones."""
+SAME_CODE_UPDATES = {"bf16": {"grad_norm_rel_baseline_step1": 5e-4, "group_grad_norm_rel_baseline_step1": 0.01}}
+"""Per dtype, the step-1 baseline limits of a row whose engine computes with the baseline's own modeling code on a
+data-parallel-only layout (EngineSpec.hf_modeling), dense or MoE alike: the same forward routes every token alike,
+and the gradients differ by reduction order alone. x5 the worst clean spread (a 30-run sample)."""
 
 #: below this, a baseline's log-prob / entropy error counts as this much (a near-exact baseline must not turn
 #: noise into a huge ratio).
 RATIO_FLOOR_ABS = 1e-4
 
 
-def limits_for(dtype: str, override: Tolerance, moe: bool = False) -> Limits:
-    """The dtype's limits (a MoE row's where they differ) with the scenario's `tolerance:` overrides (its fields
-    that are set)."""
+def limits_for(dtype: str, override: Tolerance, moe: bool = False, same_code: bool = False) -> Limits:
+    """The dtype's limits (a MoE row's, or a same-code row's, where they differ) with the scenario's `tolerance:`
+    overrides (its fields that are set)."""
     lane = DEFAULTS[dtype].model_copy(update=MOE_UPDATES.get(dtype, {}) if moe else {})
+    lane = lane.model_copy(update=SAME_CODE_UPDATES.get(dtype, {}) if same_code else {})
     return lane.model_copy(update=override.model_dump(exclude_none=True))

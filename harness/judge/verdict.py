@@ -16,7 +16,7 @@ import torch
 from parity.harness.config.models import model_shape
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS
-from parity.harness.judge.baseline_step1 import baseline_step1_checks
+from parity.harness.judge.baseline_step1 import baseline_step1_checks, same_code
 from parity.harness.judge.causal import causal_reasons
 from parity.harness.judge.checkpoint import conversion_checks, resume_checks
 from parity.harness.judge.checks import Check
@@ -81,7 +81,8 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
           uninterrupted: RunRecord | None = None) -> Verdict:
     """`uninterrupted`: for a `resume` scenario, the same engine's run without the checkpoint in between."""
     shape = model_shape(scenario.model)
-    limits = limits_for(scenario.dtype, scenario.tolerance, moe=bool(shape and shape.num_experts))
+    limits = limits_for(scenario.dtype, scenario.tolerance, moe=bool(shape and shape.num_experts),
+                        same_code=same_code(scenario))
     if baseline is not None and (problem := baseline_problem(baseline, reference)):
         return Verdict(scenario.id, "ERROR", [f"baseline {scenario.baseline} ({baseline.run_id}) is unusable as a "
                                               f"bar: {problem}"], info=scenario_info(scenario))

@@ -45,3 +45,30 @@ def test_a_module_gradient_times_one_and_a_half_fails_naming_the_module():
 def test_fp32_and_a_run_without_steps_make_no_such_check():
     assert baseline_step1_checks(record(1.5), record(), limits_for("fp32", Tolerance())) == []
     assert baseline_step1_checks(RunRecord("r", "h", "ok"), record(), limits_for("bf16", Tolerance())) == []
+
+
+def test_a_same_code_row_sees_a_tenth_of_a_percent_that_the_other_classes_pass():
+    """The same-code class (the baseline's own modeling code, data parallel only) differs from its baseline by
+    reduction order alone: 0.1 % on every gradient FAILs there and PASSes a dense or MoE row of another
+    implementation; within half its limit, its clean twin PASSes."""
+    same = limits_for("bf16", Tolerance(), moe=True, same_code=True)
+    assert [c.reason().split(" = ")[0] for c in baseline_step1_checks(record(1.001), record(), same)
+            if not c.passed] == ["pre-clip grad norm rel diff to the baseline at step 1"]
+    assert [c for c in baseline_step1_checks(record(1 + same.grad_norm_rel_baseline_step1 / 2), record(), same)
+            if not c.passed] == []
+    assert failing(record(1.001)) == [] and failing(record(1.001), moe=True) == []
+
+
+@pytest.mark.parametrize(("row", "expected"), [
+    ({"strategy": "fsdp2", "layout": {"dp": 2}}, True),
+    ({"strategy": "hf"}, True),
+    ({"strategy": "fsdp2", "layout": {"tp": 2}}, False),  # TP splits its matmuls: another reduction
+    ({"strategy": "fsdp2", "layout": {"ulysses": 2}}, False),
+    ({"strategy": "megatron", "layout": {"dp": 2}}, False),  # its own layers
+    ({"engine": "parity.examples.plain_engine:PlainHFEngine"}, False),  # a third party's says nothing
+])
+def test_the_same_code_class_is_the_baseline_code_on_a_data_parallel_layout(row, expected):
+    from parity.harness.contract.schema import Scenario
+    from parity.harness.judge.baseline_step1 import same_code
+
+    assert same_code(Scenario.model_validate({"model": "tiny-qwen3", "dtype": "bf16", **row})) is expected

@@ -4,17 +4,19 @@ tests/multiproc/test_megatron_engine.py lifts the mark to check it still FAILs t
 
 from __future__ import annotations
 
+from typing import Any
+
 from parity.engines.megatron.dist_ckpt_env import _source
 from parity.harness.contract.schema import Scenario
 
 
-def routes_alignment_padding(scenario: Scenario, experts: int) -> str | None:
+def routes_alignment_padding(scenario: Scenario, shape: Any) -> str | None:
     """A packed MoE row whose stream carries alignment tokens (each sequence padded to a multiple of tp, or 2·tp·cp
     with cp > 1) and judges expert loads, on a megatron-core whose GPTModel.forward takes no `padding_mask`
     (before 0.15): Megatron's routers route the alignment tokens and count them in the load statistics its aux loss
     and expert-bias update balance; the engine cannot tell them apart (engines/megatron/moe_load.py)."""
     layout = scenario.layout
-    if (scenario.workload.packing != "packed" or not experts
+    if (scenario.workload.packing != "packed" or shape is None or not shape.num_experts
             or (layout.tp == 1 and layout.cp == 1) or scenario.tolerance.expert_load_abs is None):
         return None
     gpt_model = _source("megatron", "core/models/gpt/gpt_model.py")

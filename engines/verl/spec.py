@@ -12,6 +12,9 @@ from parity.harness.contract.spec import LOSS_AGG_MODES, PACKINGS, EngineSpec, M
 #: this whole preload out: registry.preload_modules matches top-level names)
 VERL_PRELOAD = ("transformers", "torch.distributed.fsdp", "parity.engines.verl.warm", "verl")
 
+#: verl defects a row would hit on the verl that runs here (engines/verl/defects.py)
+VERL_DEFECTS = "parity.engines.verl.defects:token_budget_partition"
+
 VERL_FSDP = EngineSpec(
     name="verl_fsdp", engine="parity.engines.verl.fsdp:VerlFSDPEngine",
     summary="verl's own FSDPEngineWithLMHead (FSDP2 / FSDP1) from verl's config, driven by verl's engine API",
@@ -19,6 +22,7 @@ VERL_FSDP = EngineSpec(
     loss_agg_modes=LOSS_AGG_MODES, packings=PACKINGS, checkpoints=("resume", "convert"), rl_step=RL_STEP_FIELDS,
     prepare="parity.engines.verl.rules:prepare_fsdp",
     rules="parity.engines.verl.rules:fsdp_errors", environment_check="parity.engines.verl.source:problem",
+    upstream_defects=VERL_DEFECTS,
     # verl builds on meta except rank 0, which loads on the host; fsdp2_load_full_state_dict broadcasts
     # (verl/workers/engine/fsdp/transformer_impl.py _build_module, verl/utils/fsdp_utils.py)
     memory=MemoryTraits(sharding="fully_sharded", load="rank0_broadcast"), preload=VERL_PRELOAD)
@@ -37,6 +41,7 @@ VERL_MEGATRON = EngineSpec(
     prepare="parity.engines.verl.rules:prepare_megatron", rules="parity.engines.verl.rules:megatron_errors",
     memory=MEGATRON_MEMORY,
     requires=(MEGATRON_CORE, MBRIDGE), environment_check="parity.engines.verl.source:problem",
+    upstream_defects=VERL_DEFECTS,
     preload=(*VERL_PRELOAD, "megatron.core", "parity.engines.verl.megatron"))
 
 VERL_MINDSPEED = EngineSpec(

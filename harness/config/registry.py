@@ -113,7 +113,7 @@ def upstream_defect(spec: EngineSpec, scenario: Scenario) -> str | None:
     if spec.upstream_defects is None or spec.missing():
         return None
     shape = model_shape(scenario.model)
-    return import_path(spec.upstream_defects)(scenario, shape.num_experts if shape else 0)
+    return import_path(spec.upstream_defects)(scenario, shape)
 
 
 def preload_excludes(specs: list[EngineSpec]) -> set[str]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from parity.harness.config.matrix import load_file
+from parity.harness.config.models import model_shape
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
 from parity.harness.runner import Runner
@@ -130,13 +131,13 @@ def test_the_moe_packed_cp_row_is_broken_exactly_where_megatron_routes_alignment
 
     [row] = [s for s in load_file(REPO / "scenarios" / "cpu.yaml") if s.model == "tiny-qwen3-moe"
              and s.strategy == "megatron" and s.layout.cp == 2 and s.workload.packing == "packed"]
-    defect = upstream.routes_alignment_padding(row, 4)  # tiny-qwen3-moe's experts
+    defect = upstream.routes_alignment_padding(row, model_shape(row.model))
     assert (defect is None) == accepts_padding_mask()
     if defect is None:
         return
     assert "megatron/core/models/gpt/gpt_model.py" in defect
     assert skip_reason(row) == f"marked broken on this stack: {defect}"
-    monkeypatch.setattr(upstream, "routes_alignment_padding", lambda scenario, experts: None)
+    monkeypatch.setattr(upstream, "routes_alignment_padding", lambda scenario, shape: None)
     verdict = runner.run_scenario(row)
     assert verdict.status == "FAIL", verdict.reasons
     assert verdict.reasons and all(" expert load max |Δ| (tokens) at step " in r for r in verdict.reasons), \

@@ -1,9 +1,9 @@
 """The bf16 three-way rows at step 1, candidate against its same-recipe bf16 baseline (the same weights, the same
-recipe, before any update): how far apart the pre-clip grad norm and each module's grad norm are in clean runs,
-and what a planted 1 % gradient scale and a x1.5 module gradient move them by. Prints per row class (same code:
-the engine runs the baseline's modeling code data-parallel only, dense or MoE; else dense / MoE) the worst clean
-relative difference over the rows and seeds run, the planted ones, and the limit a margin over the clean spread
-gives (limit = margin x worst clean; the smallest effect it detects = limit + worst clean).
+recipe, before any update): how far apart the loss, the pre-clip grad norm and each module's grad norm are in clean
+runs, and what a planted 1 % loss scale, 1 % gradient scale and x1.5 module gradient move them by. Prints per row
+class (same code: the engine runs the baseline's modeling code data-parallel only, dense or MoE; else dense / MoE)
+the worst clean relative difference over the rows and seeds run, the planted ones, and the limit a margin over the
+clean spread gives (limit = margin x worst clean; the smallest effect it detects = limit + worst clean).
 
     python benchmarks/bf16_step1_spread.py [--seeds 0 1 2] [--margin 2.5] [-k SUBSTRING]
 
@@ -33,12 +33,26 @@ def rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def step1(candidate: RunRecord, baseline: RunRecord) -> tuple[float, dict[str, float]]:
-    """(grad-norm rel diff, module -> group grad-norm rel diff) at step 1."""
+#: the checks measured: name -> what it is called in the table
+CHECKS = {"loss": "loss rel", "grad_norm": "pre-clip grad norm rel", "module": "module grad norm rel"}
+
+
+def step1(candidate: RunRecord, baseline: RunRecord, module: str | None = None) -> dict[str, float]:
+    """At step 1: the loss and pre-clip grad norm rel diffs, and the worst module's (or `module`'s)."""
     c, b = candidate.steps[0], baseline.steps[0]
-    groups = {name: rel(value, (b.group_grad_norms or {})[name]) for name, value in (c.group_grad_norms or {}).items()
-              if name in (b.group_grad_norms or {})}
-    return rel(c.grad_norm, b.grad_norm), groups
+    base_groups = b.group_grad_norms or {}
+    groups = {name: rel(value, base_groups[name]) for name, value in (c.group_grad_norms or {}).items()
+              if name in base_groups}
+    moved = groups.get(module, math.nan) if module else max(groups.values(), default=0.0)
+    return {"loss": rel(c.loss, b.loss), "grad_norm": rel(c.grad_norm, b.grad_norm), "module": moved}
+
+
+def planted_faults(module: str) -> dict[str, tuple[Fault, str]]:
+    """label -> (the fault, the check it must move): 1 % on the loss (its token normaliser 1 % short), 1 % on every
+    gradient, one module's gradient x1.5."""
+    return {"loss x1.01": (Fault(kind="loss_normalizer_scale", factor=1 / 1.01), "loss"),
+            "grad x1.01": (Fault(kind="grad_scale", step=1, factor=1.01), "grad_norm"),
+            "module x1.5": (Fault(kind="module_grad_scale", step=1, factor=1.5, key=module), "module")}
 
 
 def main() -> None:
@@ -56,47 +70,44 @@ def main() -> None:
     planted: dict[str, dict[str, float]] = {}
     try:
         for seed in args.seeds:
-            for row in rows:
+            for n, row in enumerate(rows):
                 shape = model_shape(row.model)
                 klass = "same code" if same_code(row) else "MoE" if shape and shape.num_experts else "dense"
                 one = row.model_copy(update={"workload": row.workload.model_copy(update={"seed": seed, "steps": 1})})
                 baseline = runner._cached(baseline_scenario(one), "baseline")
-                clean = runner.execute(one, f"{one.id}#s{seed}", out / f"{len(worst)}-{seed}-clean")
+                clean = runner.execute(one, f"{one.id}#s{seed}", out / f"{n}-{seed}-clean")
                 if not (clean.ok and baseline.ok):
                     print(f"{one.id} seed {seed}: {clean.error or baseline.error}")
                     continue
-                norm, groups = step1(clean, baseline)
-                w = worst.setdefault(klass, {"grad_norm": 0.0, "group": 0.0})
-                w["grad_norm"], w["group"] = max(w["grad_norm"], norm), max(w["group"], max(groups.values(), default=0))
-                print(f"{one.id} seed {seed}: clean grad norm {norm:.3g}, worst module {max(groups.values()):.3g}",
+                found = step1(clean, baseline)
+                w = worst.setdefault(klass, dict.fromkeys(CHECKS, 0.0))
+                for check, value in found.items():
+                    w[check] = max(w[check], value)
+                print(f"{one.id} seed {seed}: clean " + ", ".join(f"{CHECKS[c]} {v:.3g}" for c, v in found.items()),
                       flush=True)
                 if seed != args.seeds[0]:
                     continue
-                module = sorted(groups)[len(groups) // 2]
-                for label, fault in (("grad x1.01", Fault(kind="grad_scale", step=1, factor=1.01)),
-                                     (f"{module} x1.5", Fault(kind="module_grad_scale", step=1, factor=1.5,
-                                                              key=module))):
+                modules = sorted(clean.steps[0].group_grad_norms or {"": 0.0})
+                module = modules[len(modules) // 2]
+                for label, (fault, check) in planted_faults(module).items():
                     faulted = one.model_copy(update={"faults": (fault,)})
-                    record = runner.execute(faulted, f"{faulted.id}#s{seed}", out / f"{label}-{seed}")
-                    f_norm, f_groups = step1(record, baseline)
+                    record = runner.execute(faulted, f"{faulted.id}#s{seed}", out / f"{n}-{label}-{seed}")
+                    moved = step1(record, baseline, module)[check]
                     p = planted.setdefault(klass, {})
-                    p[f"{label.split(' ')[-1]} grad norm"] = min(p.get(f"{label.split(' ')[-1]} grad norm", math.inf),
-                                                                 f_norm)
-                    p[f"{label.split(' ')[-1]} module"] = min(p.get(f"{label.split(' ')[-1]} module", math.inf),
-                                                              f_groups.get(module, math.nan))
-                    moved = f_groups.get(module, math.nan)
-                    print(f"  planted {label}: grad norm {f_norm:.3g}, that module {moved:.3g}", flush=True)
+                    p[label] = min(p.get(label, math.inf), moved)
+                    print(f"  planted {label if check != 'module' else module + ' x1.5'}: {CHECKS[check]} {moved:.3g}",
+                          flush=True)
     finally:
         runner.close()
     print(f"\nstep 1, candidate vs its same-recipe bf16 baseline, seeds {args.seeds}, margin x{args.margin:g}")
-    print("| class | check | worst clean | limit | smallest effect detected | planted |\n|---|---|---|---|---|---|")
+    print("| class | check | worst clean | limit | smallest effect detected | planted (least moved) |\n"
+          "|---|---|---|---|---|---|")
     for klass, w in worst.items():
         p = planted.get(klass, {})
-        for check, key, fault in (("pre-clip grad norm rel", "grad_norm", "x1.01 grad norm"),
-                                  ("module grad norm rel", "group", "x1.5 module")):
-            limit = args.margin * w[key]
-            print(f"| {klass} | {check} | {w[key]:.3g} | {limit:.3g} | {limit + w[key]:.3g} | "
-                  f"{fault}: {p.get(fault, math.nan):.3g} |")
+        for check, label in zip(CHECKS, planted_faults(""), strict=True):
+            limit = args.margin * w[check]
+            print(f"| {klass} | {CHECKS[check]} | {w[check]:.3g} | {limit:.3g} | {limit + w[check]:.3g} | "
+                  f"{label}: {p.get(label, math.nan):.3g} |")
 
 
 if __name__ == "__main__":

@@ -48,8 +48,12 @@ class FaultPlan:
         return fault.factor if fault else 1.0
 
     def normalizer(self, global_tokens: float, local_tokens: float) -> float:
-        """local_token_norm: divide by this shard's token count instead of the global one."""
-        return max(local_tokens, 1.0) if self.active("local_token_norm") else global_tokens
+        """local_token_norm: divide by this shard's token count instead of the global one. loss_normalizer_scale:
+        by the global count times the fault's factor (a count a few tokens off scales the loss and every gradient)."""
+        if self.active("local_token_norm"):
+            return max(local_tokens, 1.0)
+        scaled = self.active("loss_normalizer_scale")
+        return global_tokens * scaled.factor if scaled else global_tokens
 
     def scale_grads(self, grads: Iterable[Any], step: int) -> None:
         """grad_scale: every gradient multiplied on one step (hidden by Adam and clipping: only the

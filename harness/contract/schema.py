@@ -324,6 +324,10 @@ class Tolerance(_Strict):
     """Three-way lane, opt-in: the same limit for mean |Δ| (MoE routing flips make it noisy; docs/tolerances.md)."""
     ratio_max: float | None = None
     """Three-way lane, opt-in: the same limit for max |Δ| (one draw per run: heavy-tailed)."""
+    loss_rel_baseline_step1: float | None = None
+    """Three-way lane: the step-1 loss against the same-recipe baseline's, |c - b| <= rel |b| + 1e-6 (the same
+    weights and recipe, before any update): a loss scaled by a normaliser a few tokens off, which fp32's bar for bf16
+    (2e-2) lets through (bf16 default: docs/tolerances.md)."""
     grad_norm_rel_baseline_step1: float | None = None
     """Three-way lane: the step-1 pre-clip grad norm against the same-recipe baseline's (the same weights, the same
     recipe, before any update: two implementations of one bf16 step), |c - b| / |b|. Far tighter than against fp32,
@@ -365,6 +369,7 @@ class PerfGate(_Strict):
 
 
 FaultKind = Literal["grad_scale", "rank_loss_scale", "rope_theta_int", "mask_shift", "local_token_norm",
+                    "loss_normalizer_scale",
                     "tp_allreduce_skip", "pp_stage_grad_scale", "qkv_interleave", "tp_grad_reduce_skip",
                     "crash", "hang", "drop_kwarg", "nondeterministic", "module_grad_scale", "optimizer_step_skip",
                     # the packed (THD / TND) data path: docs/scenarios.md says where each lives
@@ -386,7 +391,8 @@ class Fault(_Strict):
     rank: int | None = None
     """Rank the fault hits; None = every rank."""
     factor: float = 2.0
-    """Scale for grad_scale / rank_loss_scale / pp_stage_grad_scale (0 drops the contribution)."""
+    """Scale for grad_scale / rank_loss_scale / pp_stage_grad_scale (0 drops the contribution) /
+    loss_normalizer_scale (the loss's token count times it)."""
     key: str | None = None
     """For drop_kwarg: the engine kwarg that is silently not applied. For module_grad_scale: the parameter group
     (HF naming, e.g. layers.1.self_attn.o_proj) whose gradients are scaled."""

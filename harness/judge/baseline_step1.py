@@ -14,7 +14,7 @@ from parity.harness.contract.grad_groups import describe
 from parity.harness.contract.parallel_dims import ParallelDims
 from parity.harness.contract.schema import Scenario
 from parity.harness.judge.checks import Check
-from parity.harness.judge.compare import rel_diff
+from parity.harness.judge.compare import rel_diff, rel_limit
 from parity.harness.judge.tolerances import Limits
 from parity.harness.run.records import RunRecord
 
@@ -26,12 +26,21 @@ def same_code(scenario: Scenario) -> bool:
     return spec_for(scenario).hf_modeling and dims.world_size == dims.dp
 
 
+#: the loss check's absolute floor: a step-1 loss can cancel to near zero (a sum of +-advantage terms), and two
+#: fp32 sums of the same bf16 terms differ by about this much (an fp32 unit roundoff on an O(1) loss term)
+LOSS_ATOL = 1e-6
+
+
 def baseline_step1_checks(candidate: RunRecord, baseline: RunRecord, limits: Limits) -> list[Check]:
     """The grad-norm check, and the failing module checks (else the worst passing one, to show the margin)."""
     if not candidate.steps or not baseline.steps:
         return []
     cand, base = candidate.steps[0], baseline.steps[0]
     checks = []
+    if (limit := limits.loss_rel_baseline_step1) is not None:
+        checks.append(Check("loss rel diff to the baseline", rel_diff(cand.loss, base.loss),
+                            rel_limit(limit, LOSS_ATOL, base.loss), step=1, lane="baseline",
+                            note=f"baseline {base.loss:.6g}; rtol {limit:.3g} + atol {LOSS_ATOL:.3g}/|baseline|"))
     if (limit := limits.grad_norm_rel_baseline_step1) is not None:
         checks.append(Check("pre-clip grad norm rel diff to the baseline", rel_diff(cand.grad_norm, base.grad_norm),
                             limit, step=1, lane="baseline", note=f"baseline {base.grad_norm:.6g}"))

@@ -45,6 +45,15 @@ def rel_diff(candidate: float, reference: float, floor: float = 1e-12) -> float:
     return abs(candidate - reference) / max(abs(reference), floor)
 
 
+def rel_limit(rtol: float, atol: float, reference: float) -> float:
+    """`|c - r| <= atol + rtol * |r|` expressed on the relative difference |c - r| / |r|: rtol + atol / |r|.
+    The absolute term keeps a reference loss near zero (a GRPO step-1 loss of ~1e-5) from turning rounding into
+    a large relative error."""
+    if not math.isfinite(reference):
+        return rtol
+    return rtol + atol / max(abs(reference), 1e-12)
+
+
 @dataclass(frozen=True, slots=True)
 class SeriesDiff:
     """Relative difference at EVERY step (never a subset); a missing step is inf."""

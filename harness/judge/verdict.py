@@ -20,7 +20,7 @@ from parity.harness.judge.baseline_step1 import baseline_step1_checks, same_code
 from parity.harness.judge.causal import causal_reasons
 from parity.harness.judge.checkpoint import conversion_checks, resume_checks
 from parity.harness.judge.checks import Check
-from parity.harness.judge.compare import TokenDiff, error_ratio, series_rel_diff, token_diff
+from parity.harness.judge.compare import TokenDiff, error_ratio, rel_limit, series_rel_diff, token_diff
 from parity.harness.judge.curves import step_ratio_checks
 from parity.harness.judge.distribution import histograms
 from parity.harness.judge.fingerprint import first_divergent
@@ -200,15 +200,6 @@ def error_ratios(diff: TokenDiff, base: TokenDiff) -> dict[str, float]:
     leaves that one unjudged)."""
     return {stat: error_ratio(getattr(diff, f"{stat}_abs"), getattr(base, f"{stat}_abs"), RATIO_FLOOR_ABS)
             for stat in RATIO_STATS}
-
-
-def rel_limit(rtol: float, atol: float, reference: float) -> float:
-    """`|c - r| <= atol + rtol * |r|` expressed on the relative difference |c - r| / |r|: rtol + atol / |r|.
-    The absolute term keeps a reference loss near zero (a GRPO step-1 loss of ~1e-5) from turning rounding into
-    a large relative error."""
-    if not math.isfinite(reference):
-        return rtol
-    return rtol + atol / max(abs(reference), 1e-12)
 
 
 def baseline_problem(baseline: RunRecord, reference: RunRecord) -> str | None:

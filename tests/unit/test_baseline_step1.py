@@ -72,3 +72,26 @@ def test_the_same_code_class_is_the_baseline_code_on_a_data_parallel_layout(row,
     from parity.harness.judge.baseline_step1 import same_code
 
     assert same_code(Scenario.model_validate({"model": "tiny-qwen3", "dtype": "bf16", **row})) is expected
+
+
+def loss_record(loss: float) -> RunRecord:
+    base = record()
+    return RunRecord("r", "h", "ok", steps=[StepRecord(1, loss, base.steps[0].grad_norm, 0.1,
+                                                       group_grad_norms=base.steps[0].group_grad_norms)])
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_a_loss_scaled_by_one_percent_fails_on_the_step1_loss_and_its_twin_passes(moe):
+    limits = limits_for("bf16", Tolerance(), moe=moe)
+    checks = baseline_step1_checks(loss_record(0.5 * 1.01), record(), limits)
+    assert [c.reason().split(" = ")[0] for c in checks if not c.passed] == ["loss rel diff to the baseline at step 1"]
+    assert [c for c in baseline_step1_checks(loss_record(0.5 * (1 + limits.loss_rel_baseline_step1 / 2)), record(),
+                                             limits) if not c.passed] == []
+
+
+def test_a_step1_loss_near_zero_is_judged_with_its_absolute_floor():
+    """Two fp32 sums of the same bf16 terms differ by ~1e-7 absolute; at a loss of 1e-4 that is a relative 1e-3."""
+    same = limits_for("bf16", Tolerance(), same_code=True)
+    near_zero = loss_record(1e-4)
+    assert [c for c in baseline_step1_checks(loss_record(1e-4 + 1e-7), near_zero, same) if not c.passed] == []
+    assert [c for c in baseline_step1_checks(loss_record(1e-4 + 1e-5), near_zero, same) if not c.passed] != []

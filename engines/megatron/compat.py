@@ -197,22 +197,29 @@ def metadata_kwargs(owner: Any, metadata: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": metadata} if takes(method, "metadata") else {}
 
 
-def allocate_optimizer_state(optimizer: Any) -> None:
+#: the record's name for allocate_optimizer_state's CPU stand-in (the Megatron engine's and verl's, docs/verl.md)
+FRESH_OPTIMIZER_STATE = "fresh-distributed-optimizer-state"
+
+
+def allocate_optimizer_state(optimizer: Any) -> bool:
     """Before a fresh distributed optimizer loads a checkpoint: without Apex / Transformer Engine (torch's AdamW
     fallback, `HAVE_APEX_OR_TE` False) its `state_dict()` reads the step count from the inner optimizer's state and
     asserts there is one (megatron/core/optimizer/distrib_optimizer.py state_dict), which a torch optimizer only
     allocates at its first step. Each such inner optimizer steps once with zero gradients at lr 0 and weight decay 0
     (no parameter moves), as torch's own DCP state-dict helper allocates it (torch/distributed/checkpoint/
     state_dict.py _init_optim_state); the load then overwrites moments and step counts. A no-op with Apex / TE
-    (their fused Adam keeps the step in the param groups) or once a step was taken."""
+    (their fused Adam keeps the step in the param groups) or once a step was taken. Returns whether it allocated
+    anything (the run's record then declares it: a CPU stand-in for what TE's fused Adam does)."""
     import torch
     from megatron.core.optimizer import distrib_optimizer
 
     if getattr(distrib_optimizer, "HAVE_APEX_OR_TE", True):
-        return
+        return False
+    allocated = False
     for inner in getattr(optimizer, "chained_optimizers", None) or [optimizer]:
         if not isinstance(inner, distrib_optimizer.DistributedOptimizer) or inner.optimizer.state:
             continue
+        allocated = True
         torch_optimizer = inner.optimizer
         saved = [(group["lr"], group.get("weight_decay", 0.0)) for group in torch_optimizer.param_groups]
         for group in torch_optimizer.param_groups:
@@ -224,3 +231,4 @@ def allocate_optimizer_state(optimizer: Any) -> None:
             group["lr"], group["weight_decay"] = lr, weight_decay
             for param in group["params"]:
                 param.grad = None
+    return allocated

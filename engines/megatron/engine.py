@@ -167,6 +167,7 @@ class MegatronEngine(Engine):
 
         ctx, layout = self.ctx, self.ctx.scenario.layout
         compat.require_supported_version()
+        self.cpu_stand_ins: list[str] = []  # what ran in place of device-only code, for the record
         if layout.ulysses > 1:
             raise ValueError("the megatron engine has no Ulysses; use layout.cp for context parallel")
         self.on_cpu = ctx.device.type == "cpu"
@@ -445,7 +446,7 @@ class MegatronEngine(Engine):
             path |= {"qkv_format": "sbhd", "attention_mask": "[b, 1, s, s] causal and padding (True = masked)"}
         if self.arch.num_experts:
             path["padding_mask_to_routers"] = self.marks_padding
-        return {"data_path": path}
+        return {"data_path": path, **({"cpu_stand_ins": self.cpu_stand_ins} if self.cpu_stand_ins else {})}
 
     @property
     def marks_padding(self) -> bool:
@@ -496,7 +497,8 @@ class MegatronEngine(Engine):
         global tensors, whatever layout wrote them."""
         from megatron.core import dist_checkpointing
 
-        compat.allocate_optimizer_state(self.optimizer)
+        if compat.allocate_optimizer_state(self.optimizer):
+            self.cpu_stand_ins.append(compat.FRESH_OPTIMIZER_STATE)
         state = dist_checkpointing.load(self._sharded_state(loading=True), str(directory / DIST_CKPT_DIR))
         for index, chunk in enumerate(self.model):
             chunk.module.load_state_dict(state[f"model{index}" if len(self.model) > 1 else "model"])

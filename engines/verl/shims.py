@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from parity.engines.megatron import compat
+
 
 @dataclass(frozen=True, slots=True)
 class Shim:
@@ -215,7 +217,7 @@ FAST_ALIASES_WITHOUT_TORCHVISION = Shim(
     "teardown; nothing in verl, mbridge or MindSpeed imports them. Only in the emulated lane")
 
 FRESH_OPTIMIZER_STATE = Shim(
-    "fresh-distributed-optimizer-state", "megatron/core/optimizer/distrib_optimizer.py:640-642 (state_dict, "
+    compat.FRESH_OPTIMIZER_STATE, "megatron/core/optimizer/distrib_optimizer.py:640-642 (state_dict, "
     "without Apex / TE) reached from :1246 (sharded_state_dict) by verl/utils/checkpoint/"
     "megatron_checkpoint_manager.py:945 (_build_optimizer_state_dict on load)",
     "without Transformer Engine or Apex (no CPU build) Megatron's distributed optimizer runs torch's AdamW, which "
@@ -286,15 +288,10 @@ def apply_megatron(device: str, local_spec: bool = True) -> tuple[list[str], Any
 
 def fresh_optimizer_state(optimizer: Any, device: str) -> list[str]:
     """Before verl's engine loads its checkpoint on CPU: the fresh distributed optimizer's torch state allocated
-    (FRESH_OPTIMIZER_STATE); returns the name when it applied."""
-    from megatron.core.optimizer import distrib_optimizer
-
-    from parity.engines.megatron import compat
-
-    if device != "cpu" or getattr(distrib_optimizer, "HAVE_APEX_OR_TE", True):
+    (FRESH_OPTIMIZER_STATE); returns the name when it allocated anything."""
+    if device != "cpu":
         return []
-    compat.allocate_optimizer_state(optimizer)
-    return [FRESH_OPTIMIZER_STATE.name]
+    return [FRESH_OPTIMIZER_STATE.name] if compat.allocate_optimizer_state(optimizer) else []
 
 
 def import_verl_as_on_npu() -> list[str]:
@@ -410,7 +407,6 @@ def _local_layer_spec(self: Any, vp_stage: int | None = None) -> Any:
     """mbridge's LLMBridge._get_transformer_layer_spec with the local spec (same checks, same vp_stage handling)."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
-    from parity.engines.megatron import compat
     from parity.engines.megatron.model import layer_spec
 
     assert self.config.normalization == "RMSNorm", "only RMSNorm is supported for now"  # as mbridge asserts

@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
+from parity.engines.megatron.compat import FRESH_OPTIMIZER_STATE
 from parity.harness.config.matrix import load_file
 from parity.harness.config.models import model_shape
+from parity.harness.config.paths import record_dir
 from parity.harness.config.validate import skip_reason
 from parity.harness.contract.schema import Scenario
+from parity.harness.run.records import RunRecord
 from parity.harness.runner import Runner
 from tests.conftest import REPO
 
@@ -117,6 +120,9 @@ def test_the_distributed_optimizers_resume_on_torch_adamw_still_fails_unpatched(
     verdict = runner.run_scenario(lifted)
     assert verdict.status == "FAIL", verdict.reasons
     assert any(r.startswith("log-prob after the last step max |Δ|") for r in verdict.reasons), verdict.reasons
+    # the one CPU stand-in on this path (torch's AdamW allocates its state only at a first step) is declared
+    provenance = RunRecord.load(record_dir(runner.options.out_dir, lifted.id)).provenance
+    assert provenance.get("cpu_stand_ins") == [FRESH_OPTIMIZER_STATE], provenance
 
 
 @pytest.mark.megatron012

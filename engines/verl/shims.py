@@ -217,7 +217,7 @@ FAST_ALIASES_WITHOUT_TORCHVISION = Shim(
     "teardown; nothing in verl, mbridge or MindSpeed imports them. Only in the emulated lane")
 
 FRESH_OPTIMIZER_STATE = Shim(
-    compat.FRESH_OPTIMIZER_STATE, "megatron/core/optimizer/distrib_optimizer.py:640-642 (state_dict, "
+    "fresh-distributed-optimizer-state", "megatron/core/optimizer/distrib_optimizer.py:640-642 (state_dict, "
     "without Apex / TE) reached from :1246 (sharded_state_dict) by verl/utils/checkpoint/"
     "megatron_checkpoint_manager.py:945 (_build_optimizer_state_dict on load)",
     "without Transformer Engine or Apex (no CPU build) Megatron's distributed optimizer runs torch's AdamW, which "

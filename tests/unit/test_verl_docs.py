@@ -24,6 +24,13 @@ def test_every_shim_is_in_the_docs_table_and_no_other():
     assert documented == _shim_names()
 
 
+def test_the_fresh_optimizer_state_shim_is_what_the_megatron_engine_records():
+    """One stand-in (engines/megatron/compat.py allocate_optimizer_state), one name in both records."""
+    from parity.engines.megatron.compat import FRESH_OPTIMIZER_STATE
+
+    assert FRESH_OPTIMIZER_STATE in _shim_names()
+
+
 def _documented_keys() -> list[str]:
     """The backticked keys in the first column of the read-back tables ('clip_ratio*' and '*_parallel_size' are
     patterns; a key without a dot names the last part of a key)."""

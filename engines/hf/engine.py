@@ -70,7 +70,7 @@ class HFEngine(Engine):
             self.masters = [p.detach().clone().requires_grad_(True) for p in self.model.parameters()]
             # the parameters only: FSDP2's MixedPrecisionPolicy casts parameters and Megatron keeps RoPE's inv_freq
             # an fp32 attribute (megatron/core/models/common/embeddings/rotary_pos_embedding.py), so neither rounds
-            # RoPE's frequencies to bf16 as a whole-module .to(bf16) would (a 0.4 % step-1 grad-norm gap on MoE)
+            # RoPE's frequencies to bf16 as a whole-module .to(bf16) would
             for param in self.model.parameters():
                 param.data = param.data.to(self.ctx.dtype)
         names = [name for name, _ in self.model.named_parameters()]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from parity.engines.verl import source
+from parity.harness.contract.parallel_dims import ParallelDims
 from parity.harness.contract.schema import Scenario
 
 PARTITION = "verl/utils/seqlen_balancing.py rearrange_micro_batches"
@@ -23,8 +24,6 @@ def worker_mini_batches(scenario: Scenario, lengths: list[int]) -> list[list[tup
     hands rank r the r-th of dp equal consecutive chunks (verl/protocol.py DataProto.chunk, dispatch_nd_compute),
     and train_mini_batch cuts its chunk into `mini_batches` consecutive mini-batches (make_iterator, shuffle off:
     the rows' order is what engines/verl/engine.py feeds)."""
-    from parity.harness.contract.parallel_dims import ParallelDims
-
     dp = ParallelDims.of(scenario.layout).dp
     chunk = len(lengths) // dp
     size = chunk // scenario.workload.mini_batches
@@ -63,20 +62,18 @@ def token_budget_partition(scenario: Scenario, shape: Any) -> str | None:
     (engines/verl/readback.py micro_batches) FAILs such a row."""
     flat: dict[str, Any] = scenario.actor_rollout_ref
     budget = flat.get("actor.ppo_max_token_len_per_gpu")
-    if not flat.get("actor.use_dynamic_bsz") or budget is None or source.problem() is not None:
+    if (not flat.get("actor.use_dynamic_bsz") or budget is None or shape is None
+            or source.problem() is not None):
         return None
-    from parity.harness.contract.parallel_dims import ParallelDims
     from parity.harness.contract.workload import build_batch
 
-    if shape is None:
-        return None
     dims = ParallelDims.of(scenario.layout)
-    megatron = scenario.strategy != "verl_fsdp"
-    # the ranks one sequence is split over: Ulysses (verl's FSDP engine), context parallel (its Megatron engine)
-    max_token_len = int(budget) * (dims.cp if megatron else dims.ulysses)
+    # the ranks one sequence is split over (verl's sp_size): Ulysses on its FSDP engine, context parallel on its
+    # Megatron engine; each engine's layout has only its own, the other is 1
+    max_token_len = int(budget) * dims.ulysses * dims.cp
     # verl's Megatron engine makes the count a multiple of microbatch_group_size_per_vp_stage (Megatron's default:
     # the pipeline size) under virtual pipelining (verl/workers/engine/megatron/transformer_impl.py)
-    divided_by = dims.pp if megatron and dims.vpp > 1 else None
+    divided_by = dims.pp if dims.vpp > 1 else None
     batch = build_batch(scenario.workload, shape.vocab_size)
     lengths = [int(n) for n in batch.attention_mask.sum(dim=1)]
     per_rank = worker_mini_batches(scenario, lengths)

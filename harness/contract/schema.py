@@ -326,8 +326,8 @@ class Tolerance(_Strict):
     """Three-way lane, opt-in: the same limit for max |Δ| (one draw per run: heavy-tailed)."""
     loss_rel_baseline_step1: float | None = None
     """Three-way lane: the step-1 loss against the same-recipe baseline's, |c - b| <= rel |b| + 1e-6 (the same
-    weights and recipe, before any update): a loss scaled by a normaliser a few tokens off, which fp32's bar for bf16
-    (2e-2) lets through (bf16 default: docs/tolerances.md)."""
+    weights and recipe, before any update): a loss scaled by a normaliser a few tokens off, which the bar against
+    fp32 (`loss_rel`) lets through in bf16 (bf16 default: docs/tolerances.md)."""
     grad_norm_rel_baseline_step1: float | None = None
     """Three-way lane: the step-1 pre-clip grad norm against the same-recipe baseline's (the same weights, the same
     recipe, before any update: two implementations of one bf16 step), |c - b| / |b|. Far tighter than against fp32,

@@ -203,15 +203,16 @@ class EngineSpec:
     upstream_defects: str | None = None
     """'module:function(scenario, shape) -> str | None' (shape: the model's ModelShape, harness/config/models.py,
     None where it cannot be read): an
-    upstream defect of the installed release that this row would hit (read from the packages' source, torch-free),
+    upstream defect of the installed release that this row would hit (read from the packages' source, or found by
+    running the package's own code on the row's data),
     naming the upstream file: the row is broken here and SKIPs as a `broken:` row does, and a test lifts it to check
     it still FAILs."""
     hf_modeling: bool = False
     """It computes with transformers' own modeling code, the reference engine's, in the recipe of the
-    `hf_master_weights` baseline: on a data-parallel-only layout its step-1 gradients then differ from that
+    `hf_master_weights` baseline: on a padded, data-parallel-only CPU row its step-1 gradients then differ from that
     baseline's by reduction order alone (no bf16 routing flips either), and the step-1 baseline checks take that
-    class's tight limits (harness/judge/tolerances.py SAME_CODE_UPDATES). Set only where measured
-    (benchmarks/bf16_step1_spread.py)."""
+    class's tight limits (harness/judge/baseline_step1.py same_code, tolerances.py SAME_CODE_UPDATES). Set only where
+    measured (benchmarks/bf16_step1_spread.py)."""
     requires: tuple[Requirement, ...] = ()
     """Packages the engine needs; a missing one SKIPs its scenarios with the reason."""
     environment_check: str | None = None

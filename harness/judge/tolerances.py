@@ -92,8 +92,8 @@ DEFAULTS = {"fp32": FP32,
                                                      "entropy_median_abs_max": 2.5e-4, "ratio_median_min": 0.1})}
 """Per dtype. The lower bounds prove the run computed in its dtype (what rounding the outputs alone cannot fake:
 docs/tolerances.md); fp16's are bf16's over its 8x smaller unit roundoff. bf16's step-1 checks against the
-same-recipe baseline are set per row class (MOE_UPDATES): x2.5 the worst clean spread of the class, as
-`python benchmarks/bf16_step1_spread.py` prints it (docs/tolerances.md, Margins)."""
+same-recipe baseline are set per row class (MOE_UPDATES, SAME_CODE_UPDATES) over the worst clean spread of the
+class, as `python benchmarks/bf16_step1_spread.py` prints it (docs/tolerances.md, Margins)."""
 MOE_UPDATES = {"bf16": {"grad_norm_rel_baseline_step1": 0.0145, "group_grad_norm_rel_baseline_step1": 0.33}}
 """Per dtype, a MoE row's limits where they differ from a dense row's: the router's bf16 top-k flips a token's
 experts between the two implementations, so MoE gradients spread wider than dense ones."""
@@ -101,7 +101,7 @@ SAME_CODE_UPDATES = {"bf16": {"loss_rel_baseline_step1": 1e-5, "grad_norm_rel_ba
                               "group_grad_norm_rel_baseline_step1": 0.01}}
 """Per dtype, the step-1 baseline limits of a row whose engine computes with the baseline's own modeling code on a
 data-parallel-only layout (EngineSpec.hf_modeling), dense or MoE alike: the same forward routes every token alike,
-and the gradients differ by reduction order alone. x4 to x40 the worst clean spread (a 30-run sample)."""
+and the gradients differ by reduction order alone (baseline_step1.same_code says which rows)."""
 
 #: below this, a baseline's log-prob / entropy error counts as this much (a near-exact baseline must not turn
 #: noise into a huge ratio).

@@ -64,6 +64,8 @@ def test_a_same_code_row_sees_a_tenth_of_a_percent_that_the_other_classes_pass()
     ({"strategy": "hf"}, True),
     ({"strategy": "fsdp2", "layout": {"tp": 2}}, False),  # TP splits its matmuls: another reduction
     ({"strategy": "fsdp2", "layout": {"ulysses": 2}}, False),
+    ({"strategy": "fsdp2", "layout": {"dp": 2}, "workload": {"packing": "packed"}}, False),  # other streams
+    ({"strategy": "fsdp2", "layout": {"dp": 2}, "device": "npu"}, False),  # not measured there
     ({"strategy": "megatron", "layout": {"dp": 2}}, False),  # its own layers
     ({"engine": "parity.examples.plain_engine:PlainHFEngine"}, False),  # a third party's says nothing
 ])

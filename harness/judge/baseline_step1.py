@@ -22,9 +22,8 @@ from parity.harness.run.records import RunRecord
 def same_code(scenario: Scenario) -> bool:
     """Whether the row's engine computes with the baseline's own modeling code (EngineSpec.hf_modeling) on a
     data-parallel-only layout, padded: every rank runs its whole rows through the whole model, each row's arithmetic
-    as in the baseline. Packed, a rank's stream holds other rows than the baseline's one stream. On CPU only, where
-    the class's spread was measured (benchmarks/bf16_step1_spread.py); an accelerator's kernels may tile by the
-    batch's shape."""
+    as in the baseline. Packed, a rank's stream holds other rows than the baseline's one stream. On CPU only, whose
+    spread benchmarks/bf16_step1_spread.py shows; an accelerator's kernels may tile by the batch's shape."""
     dims = ParallelDims.of(scenario.layout)
     return (spec_for(scenario).hf_modeling and dims.world_size == dims.dp and not scenario.workload.packed
             and scenario.device == "cpu")

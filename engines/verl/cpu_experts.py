@@ -8,8 +8,12 @@ GroupedMLP, which needs the grouped_gemm CUDA package. So on CPU the experts are
 a plain-torch grouped linear with TE's parameter names and TE's expert-parallel conventions as megatron-core's
 wrapper sets them up (megatron/core/extensions/transformer_engine.py TEGroupedLinear: with expert parallelism or
 expert TP the communication is the token dispatcher's, so the linear holds its expert-TP slice and runs no
-collective; every weight carries `allreduce = not (is_expert and ep > 1)`). MindSpeed's NPU stand-in
-(mindspeed/te/pytorch/module/grouped_linear.py) does the same with npu_grouped_matmul.
+collective; every weight carries `allreduce = not (is_expert and ep > 1)`), and TE's own marking of every weight as a
+tensor-parallel shard (transformer_engine/pytorch/module/grouped_linear.py GroupedLinear.reset_parameters:
+`tensor_model_parallel`, partition dim 1 for a row-parallel linear, else 0). Megatron's grad norm reads that mark
+(megatron/core/optimizer/optimizer.py get_main_grads_for_grad_norm against the TP group): an unmarked expert weight
+on TP rank 1 counts as TP rank 0's copy, and under tp > etp that rank's experts drop out of the norm and its clip.
+MindSpeed's NPU stand-in (mindspeed/te/pytorch/module/grouped_linear.py) does the same with npu_grouped_matmul.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class CpuGroupedLinear(torch.nn.Module):
                  bias: bool, skip_bias_add: bool, is_expert: bool, tp_comm_buffer_name: str | None = None,
                  pg_collection: Any = None) -> None:
         from megatron.core import parallel_state
+        from megatron.core.tensor_parallel import set_tensor_model_parallel_attributes
 
         super().__init__()
         if bias:
@@ -49,6 +54,8 @@ class CpuGroupedLinear(torch.nn.Module):
             if config.perform_initialization:
                 init_method(weight)
             weight.allreduce = not expert_parallel  # type: ignore[attr-defined]
+            set_tensor_model_parallel_attributes(weight, is_parallel=True, dim=1 if self.parallel_mode == "row" else 0,
+                                                 stride=1)
             self.register_parameter(f"weight{j}", weight)
 
     def forward(self, x: torch.Tensor, tokens_per_expert: list[int]) -> tuple[torch.Tensor, None]:

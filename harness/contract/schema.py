@@ -311,6 +311,9 @@ class Tolerance(_Strict):
     group_grad_norm_rel: float | None = None
     """rtol of the per-module (parameter group) pre-clip grad norm check; fp32 default 1e-4, not compared in bf16."""
     group_grad_norm_atol: float | None = None
+    group_sum_rel: float | None = None
+    """The candidate against itself: its pre-clip grad norm against the root-sum-square of its own per-module grad
+    norms, |G - sqrt(sum g_i^2)| / sqrt(sum g_i^2), every step (harness/judge/groups.py group_sum_checks)."""
     """Its atol, as a fraction of the reference's global grad norm at that step (default 1e-6)."""
     loss_rel_updated: float | None = None
     """rtol of the loss check from step 2 on (after the first optimizer update); unset = the dtype default."""
@@ -334,6 +337,10 @@ class Tolerance(_Strict):
     whose rounding gap to bf16 hides a small gradient scale (bf16 default per row class: docs/tolerances.md)."""
     group_grad_norm_rel_baseline_step1: float | None = None
     """Three-way lane: each module's (parameter group's) step-1 pre-clip grad norm against the baseline's, as above."""
+    common_grad_scale_baseline_step1: float | None = None
+    """Three-way lane: |median over modules of the step-1 module grad norm ratio to the baseline's - 1|, the scale
+    every module shares (a loss or gradient normalisation off by a percent), which a MoE router's bf16 top-k flips
+    hide in the whole gradient's norm (harness/judge/baseline_step1.py common_grad_scale)."""
     expert_load_abs: float | None = None
     """Opt-in, MoE: the most tokens one expert of one layer may receive more or fewer than in the reference, per
     step, as the router's load statistics count them (StepOutput.expert_load: real tokens only). 0 = the same

@@ -8,6 +8,7 @@ checks instead."""
 from __future__ import annotations
 
 import math
+import statistics
 
 from parity.harness.config.registry import spec_for
 from parity.harness.contract.grad_groups import describe
@@ -29,6 +30,20 @@ def same_code(scenario: Scenario) -> bool:
             and scenario.device == "cpu")
 
 
+#: fewest modules whose median ratio is a scale they share: with fewer, one module's own rounding is the median
+COMMON_SCALE_MIN_MODULES = 8
+
+
+def common_grad_scale(candidate: dict[str, float], baseline: dict[str, float]) -> float | None:
+    """The scale every module's step-1 gradient shares against the baseline's: the median over modules of
+    candidate / baseline grad norm, minus 1. A loss or gradient normalised a percent off moves every module by that
+    percent; rounding and a MoE router's bf16 top-k flips move some modules each way, by a few percent each, which
+    the whole gradient's norm sums into a spread as wide as the scale (the MoE class) and the median passes over.
+    None with fewer than COMMON_SCALE_MIN_MODULES modules in both."""
+    ratios = [candidate[name] / baseline[name] for name in baseline.keys() & candidate.keys() if baseline[name] > 0]
+    return statistics.median(ratios) - 1 if len(ratios) >= COMMON_SCALE_MIN_MODULES else None
+
+
 #: the loss check's absolute floor: a step-1 loss can cancel to near zero (a sum of +-advantage terms), and two
 #: fp32 sums of the same bf16 terms differ by about this much (an fp32 unit roundoff on an O(1) loss term)
 LOSS_ATOL = 1e-6
@@ -48,8 +63,13 @@ def baseline_step1_checks(candidate: RunRecord, baseline: RunRecord, limits: Lim
     if (limit := limits.grad_norm_rel_baseline_step1) is not None:
         checks.append(Check("pre-clip grad norm rel diff to the baseline", rel_diff(cand.grad_norm, base.grad_norm),
                             limit, step=1, lane="baseline", note=f"baseline {base.grad_norm:.6g}"))
-    limit = limits.group_grad_norm_rel_baseline_step1
-    if limit is None or cand.group_grad_norms is None or base.group_grad_norms is None:
+    if cand.group_grad_norms is None or base.group_grad_norms is None:
+        return checks
+    if (limit := limits.common_grad_scale_baseline_step1) is not None and (
+            scale := common_grad_scale(cand.group_grad_norms, base.group_grad_norms)) is not None:
+        checks.append(Check("median module grad norm ratio to the baseline, minus 1", abs(scale), limit, step=1,
+                            lane="baseline", note=f"signed {scale:+.3g}: a scale every module shares"))
+    if (limit := limits.group_grad_norm_rel_baseline_step1) is None:
         return checks
     modules = []
     for group in sorted(set(base.group_grad_norms) | set(cand.group_grad_norms)):

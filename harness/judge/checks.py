@@ -12,7 +12,8 @@ class Check:
     limit: float
     step: int | None = None
     lane: str = "abs"
-    """abs (vs fp32 reference), rel (relative), ratio (candidate error / baseline error)."""
+    """abs (vs fp32 reference), rel (relative), ratio (candidate error / baseline error), baseline (vs the
+    same-recipe baseline), self (the candidate against its own other reading)."""
     note: str = ""
     """How the limit was formed, when it is not a plain number (rtol + atol / |ref|)."""
     update: int | None = None

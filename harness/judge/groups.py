@@ -64,3 +64,20 @@ def worst_group_rel_per_step(candidate: RunRecord, reference: RunRecord) -> list
         rels = [rel_diff(cand.group_grad_norms.get(g, math.nan), r) for g, r in ref.group_grad_norms.items()]
         worst.append(max(rels, key=lambda v: math.inf if math.isnan(v) else v) if rels else None)
     return worst
+
+
+def group_sum_checks(candidate: RunRecord, limits: Limits) -> list[Check]:
+    """The candidate against itself, every step: its pre-clip global grad norm (what it clips with) against the
+    root-sum-square of its own modules' grad norms (harness/contract/grad_groups.py: the groups partition the
+    parameters). Both are read from the same gradients, so they differ by summation order alone; a norm that misses
+    a shard (an expert-parallel rank's experts taken for a tensor-parallel copy), or counts one twice, clips every
+    update wrongly while each module's gradient is right. The failing steps, else the worst passing one."""
+    if limits.group_sum_rel is None:
+        return []
+    checks = [Check("pre-clip grad norm rel diff to its modules' root-sum-square", rel_diff(step.grad_norm, total),
+                    limits.group_sum_rel, step=step.step, lane="self", update=step.update,
+                    note=f"modules {total:.6g}, engine {step.grad_norm:.6g}")
+              for step in candidate.steps if step.group_grad_norms
+              for total in [math.sqrt(sum(v * v for v in step.group_grad_norms.values()))]]
+    failing = [c for c in checks if not c.passed]
+    return failing or ([max(checks, key=lambda c: c.observed / c.limit)] if checks else [])

@@ -24,7 +24,7 @@ from parity.harness.judge.compare import TokenDiff, error_ratio, rel_limit, seri
 from parity.harness.judge.curves import step_ratio_checks
 from parity.harness.judge.distribution import histograms
 from parity.harness.judge.fingerprint import first_divergent
-from parity.harness.judge.groups import group_checks, worst_group_rel_per_step
+from parity.harness.judge.groups import group_checks, group_sum_checks, worst_group_rel_per_step
 from parity.harness.judge.loads import expert_load_checks
 from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
 from parity.harness.judge.schedule import lr_checks, schedule_series
@@ -91,7 +91,7 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
         checks += baseline_step1_checks(candidate, baseline, limits)
     group, metrics["group_grad_norm_rel_max"] = group_checks(candidate, reference, limits)
     metrics["group_grad_norm_rel"] = worst_group_rel_per_step(candidate, reference)
-    checks += group + expert_load_checks(candidate, reference, limits)
+    checks += group + group_sum_checks(candidate, limits) + expert_load_checks(candidate, reference, limits)
     checks += lr_checks(candidate, scenario.workload, limits)
     if scenario.resume is not None and uninterrupted is not None:
         checks += resume_checks(candidate, uninterrupted, limits, scenario.resume_exact, scenario.resume.after + 1)

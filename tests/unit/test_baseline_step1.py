@@ -97,3 +97,45 @@ def test_a_step1_loss_near_zero_is_judged_with_its_absolute_floor():
     near_zero = loss_record(1e-4)
     assert [c for c in baseline_step1_checks(loss_record(1e-4 + 1e-7), near_zero, same) if not c.passed] == []
     assert [c for c in baseline_step1_checks(loss_record(1e-4 + 1e-5), near_zero, same) if not c.passed] != []
+
+
+def spread_groups(scale: float = 1.0) -> dict[str, float]:
+    """Sixteen modules as a MoE row's step 1 leaves them against its baseline: routing flips move the experts and
+    routers several percent each way (the whole norm with them), the rest within rounding; times `scale` on all."""
+    moved = {f"layers.{i}.mlp.experts": 0.9 * (1.04 if i % 2 else 0.95) for i in range(4)}
+    moved |= {f"layers.{i}.mlp.router": 0.05 * (0.9 if i % 2 else 1.08) for i in range(4)}
+    moved |= {f"layers.{i}.self_attn.qkv": 0.4 * (1 + 1e-3 * (-1) ** i) for i in range(4)}
+    moved |= {f"layers.{i}.input_layernorm": 0.02 * (1 - 5e-4 * (-1) ** i) for i in range(4)}
+    return {name: value * scale for name, value in moved.items()}
+
+
+def moe_record(groups: dict[str, float]) -> RunRecord:
+    norm = sum(v * v for v in groups.values()) ** 0.5
+    return RunRecord("r", "h", "ok", steps=[StepRecord(1, 0.5, norm, 0.1, group_grad_norms=groups)])
+
+
+def moe_baseline() -> RunRecord:
+    return moe_record({name: 0.9 if "experts" in name else 0.05 if "router" in name else 0.4 if "qkv" in name
+                       else 0.02 for name in spread_groups()})
+
+
+def test_a_one_percent_scale_every_module_shares_fails_a_moe_row_whose_flips_hide_it_in_the_whole_norm():
+    """Routing flips spread the whole gradient's norm past 1 % (the MoE class's grad-norm limit lets 1 % through);
+    the median module ratio sees the scale every module shares. The clean twin, flips and all, PASSes."""
+    limits = limits_for("bf16", Tolerance(), moe=True)
+    clean = baseline_step1_checks(moe_record(spread_groups()), moe_baseline(), limits)
+    assert [c for c in clean if not c.passed] == []
+    scaled = baseline_step1_checks(moe_record(spread_groups(1.01)), moe_baseline(), limits)
+    by_metric = {c.metric: c for c in scaled}
+    assert by_metric["pre-clip grad norm rel diff to the baseline"].passed  # hidden in the whole norm
+    assert [c.metric for c in scaled if not c.passed] == ["median module grad norm ratio to the baseline, minus 1"]
+
+
+def test_the_common_scale_needs_enough_modules_to_be_a_median():
+    from parity.harness.judge.baseline_step1 import COMMON_SCALE_MIN_MODULES, common_grad_scale
+
+    few = dict(list(spread_groups().items())[:COMMON_SCALE_MIN_MODULES - 1])
+    assert common_grad_scale({k: v * 1.5 for k, v in few.items()}, few) is None
+    assert common_grad_scale({k: v * 1.5 for k, v in GROUPS.items()}, GROUPS) is None  # four modules
+    many = spread_groups()
+    assert abs(common_grad_scale({k: v * 1.01 for k, v in many.items()}, many) - 0.01) < 1e-12

@@ -29,10 +29,10 @@ def build(cls, ep: int, etp: int):
 def test_every_expert_weight_is_a_tensor_parallel_shard_as_te_marks_it(cls, dim, ep, etp):
     linear = build(cls, ep, etp)
     tp_rank1 = SimpleNamespace(rank=lambda: 1)
-    for j in range(3):
-        weight = getattr(linear, f"weight{j}")
-        assert (weight.tensor_model_parallel, weight.partition_dim, weight.partition_stride) == (True, dim, 1)
-        assert param_is_not_tensor_parallel_duplicate(weight, tp_rank1)  # TP rank 1's experts count in the norm
+    weights = [getattr(linear, f"weight{j}") for j in range(3)]
+    assert [(w.tensor_model_parallel, w.partition_dim, w.partition_stride) for w in weights] == [(True, dim, 1)] * 3
+    # TP rank 1's experts count in the norm
+    assert [param_is_not_tensor_parallel_duplicate(w, tp_rank1) for w in weights] == [True] * 3
 
 
 def test_an_unmarked_weight_is_what_megatron_leaves_out_on_tp_rank_1():

@@ -190,7 +190,9 @@ BSHD_MASK = Shim(
     "(what verl runs on GPUs) ignores it, Megatron's local attention would read it as True = masked out and "
     "broadcast it wrongly. The local core attention checks that the mask is exactly that right-padded form and "
     "attends causally without it, as TE does: every real token sees the same keys, since padding only follows "
-    "them")
+    "them. Nor does it take Megatron's CUDA softmax kernel, which TE's attention never runs and mbridge's "
+    "masked_softmax_fusion would pick whenever the lengths fit its size rule "
+    "(megatron/core/fusions/fused_softmax.py is_kernel_available)")
 NO_TOKENIZER = Shim(
     "checkpoint-without-tokenizer", "verl/workers/engine/megatron/transformer_impl.py:1348,1405",
     "verl's Megatron forward reads model_config.tokenizer.pad_token_id (only a vision model uses it); the harness's "
@@ -428,6 +430,10 @@ def _core_attention_class() -> type:
     class VerlCoreAttention(DotProductAttention):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            # TE's attention, which this stands in for, never runs Megatron's CUDA softmax kernel; mbridge's
+            # config leaves masked_softmax_fusion on, and FusedScaleMaskSoftmax takes the kernel whenever the
+            # lengths fit its size rule (is_kernel_available: sq, sk and b x heads multiples of 4)
+            self.scale_mask_softmax.scaled_masked_softmax_fusion = False
             packed = _thd_attention_class()
             self.packed = None if packed is None else packed(*args, **kwargs)
 

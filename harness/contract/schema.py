@@ -299,9 +299,16 @@ class Tolerance(_Strict):
     """Per-metric limits; unset fields take the dtype default (see docs/tolerances.md)."""
 
     logprob_max_abs: float | None = None
+    """Log-prob (and entropy) max |Δ| before training; also after it where `logprob_max_abs_updated` is unset."""
     logprob_mean_abs: float | None = None
     logprob_p99_abs: float | None = None
     kl_k3: float | None = None
+    logprob_max_abs_updated: float | None = None
+    """The same after the optimizer's updates (the last step's log-probs, a resumed or converted checkpoint's):
+    the weights then carry each update's rounding in low precision; unset = the before-training limit."""
+    logprob_mean_abs_updated: float | None = None
+    logprob_p99_abs_updated: float | None = None
+    kl_k3_updated: float | None = None
     loss_rel: float | None = None
     """rtol of `|c - r| <= atol + rtol * |r|` for the per-step loss."""
     loss_atol: float | None = None

@@ -62,7 +62,7 @@ def resume_checks(resumed: RunRecord, uninterrupted: RunRecord, limits: Limits, 
     for key, label in (("logprobs_after", "log-prob after the last step"),
                        ("entropy_after", "entropy after the last step")):
         diff = token_diff(resumed.tensors[key], uninterrupted.tensors[key], mask)
-        limit = 0.0 if exact else limits.logprob_max_abs
+        limit = 0.0 if exact else limits.token_limit("logprob_max_abs", updated=True)
         checks.append(Check(f"{RESUME}{label} max |Δ| to the uninterrupted run", diff.max_abs, limit, note=how))
     return checks
 
@@ -75,8 +75,11 @@ def conversion_checks(record: RunRecord, limits: Limits) -> list[Check]:
     step = record.steps[-1].step if record.steps else None  # the checkpoint was saved after it
     diff = token_diff(record.tensors["logprobs_converted"], record.tensors["logprobs_after"], mask)
     entropy = token_diff(record.tensors["entropy_converted"], record.tensors["entropy_after"], mask)
-    return [Check(f"{CONVERSION}log-prob max |Δ|", diff.max_abs, limits.logprob_max_abs, step=step),
-            Check(f"{CONVERSION}log-prob mean |Δ|", diff.mean_abs, limits.logprob_mean_abs, step=step),
-            Check(f"{CONVERSION}log-prob p99 |Δ|", diff.p99_abs, limits.logprob_p99_abs, step=step),
-            Check(f"{CONVERSION}log-prob KL k3", diff.kl_k3, limits.kl_k3, step=step),
-            Check(f"{CONVERSION}entropy max |Δ|", entropy.max_abs, limits.logprob_max_abs, step=step)]
+    def limit(name: str) -> float:  # the checkpoint was saved after the updates
+        return limits.token_limit(name, updated=True)
+
+    return [Check(f"{CONVERSION}log-prob max |Δ|", diff.max_abs, limit("logprob_max_abs"), step=step),
+            Check(f"{CONVERSION}log-prob mean |Δ|", diff.mean_abs, limit("logprob_mean_abs"), step=step),
+            Check(f"{CONVERSION}log-prob p99 |Δ|", diff.p99_abs, limit("logprob_p99_abs"), step=step),
+            Check(f"{CONVERSION}log-prob KL k3", diff.kl_k3, limit("kl_k3"), step=step),
+            Check(f"{CONVERSION}entropy max |Δ|", entropy.max_abs, limit("logprob_max_abs"), step=step)]

@@ -27,6 +27,7 @@ from parity.harness.judge.fingerprint import first_divergent
 from parity.harness.judge.groups import group_checks, group_sum_checks, worst_group_rel_per_step
 from parity.harness.judge.loads import expert_load_checks
 from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
+from parity.harness.judge.row_class import measured_on_cpu
 from parity.harness.judge.schedule import lr_checks, schedule_series
 from parity.harness.judge.tolerances import RATIO_FLOOR_ABS, Limits, limits_for
 from parity.harness.run.records import RunRecord
@@ -82,7 +83,7 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
     """`uninterrupted`: for a `resume` scenario, the same engine's run without the checkpoint in between."""
     shape = model_shape(scenario.model)
     limits = limits_for(scenario.dtype, scenario.tolerance, moe=bool(shape and shape.num_experts),
-                        same_code=same_code(scenario))
+                        same_code=same_code(scenario), measured=measured_on_cpu(scenario))
     if baseline is not None and (problem := baseline_problem(baseline, reference)):
         return Verdict(scenario.id, "ERROR", [f"baseline {scenario.baseline} ({baseline.run_id}) is unusable as a "
                                               f"bar: {problem}"], info=scenario_info(scenario))
@@ -135,11 +136,12 @@ def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits
     for key, label in PHASES.items():
         diff = token_diff(candidate.tensors[key], reference.tensors[key], mask)
         metrics[key] = asdict(diff)
-        checks += [Check(f"{label} max |Δ|", diff.max_abs, limits.logprob_max_abs),
-                   Check(f"{label} mean |Δ|", diff.mean_abs, limits.logprob_mean_abs)]
+        updated = key.endswith("_after")
+        checks += [Check(f"{label} max |Δ|", diff.max_abs, limits.token_limit("logprob_max_abs", updated)),
+                   Check(f"{label} mean |Δ|", diff.mean_abs, limits.token_limit("logprob_mean_abs", updated))]
         if key.startswith("logprobs"):
-            checks += [Check(f"{label} p99 |Δ|", diff.p99_abs, limits.logprob_p99_abs),
-                       Check(f"{label} KL k3", diff.kl_k3, limits.kl_k3)]
+            checks += [Check(f"{label} p99 |Δ|", diff.p99_abs, limits.token_limit("logprob_p99_abs", updated)),
+                       Check(f"{label} KL k3", diff.kl_k3, limits.token_limit("kl_k3", updated))]
         if baseline is not None:
             base = token_diff(baseline.tensors[key], reference.tensors[key], mask)
             metrics[key]["baseline"] = asdict(base)

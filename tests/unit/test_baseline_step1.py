@@ -119,16 +119,26 @@ def moe_baseline() -> RunRecord:
                        else 0.02 for name in spread_groups()})
 
 
-def test_a_one_percent_scale_every_module_shares_fails_a_moe_row_whose_flips_hide_it_in_the_whole_norm():
-    """Routing flips spread the whole gradient's norm past 1 % (the MoE class's grad-norm limit lets 1 % through);
-    the median module ratio sees the scale every module shares. The clean twin, flips and all, PASSes."""
-    limits = limits_for("bf16", Tolerance(), moe=True)
-    clean = baseline_step1_checks(moe_record(spread_groups()), moe_baseline(), limits)
-    assert [c for c in clean if not c.passed] == []
+def test_a_one_percent_scale_every_module_shares_fails_on_the_median_that_routing_flips_leave_alone():
+    """Routing flips move the whole gradient's norm (here by 0.33 %) and leave the median module ratio where it was;
+    a 1 % scale every module shares moves the median by 1 %. At the limits of scenarios/cpu.yaml's MoE batch16 row
+    (its measured spread) the scale FAILs there; the clean twin, flips and all, PASSes."""
+    limits = limits_for("bf16", Tolerance(grad_norm_rel_baseline_step1=0.0055, common_grad_scale_baseline_step1=0.005),
+                        moe=True)
+    clean = {c.metric: c for c in baseline_step1_checks(moe_record(spread_groups()), moe_baseline(), limits)}
+    assert [c for c in clean.values() if not c.passed] == []
+    assert clean["median module grad norm ratio to the baseline, minus 1"].observed < 1e-12
+    assert clean["pre-clip grad norm rel diff to the baseline"].observed > 3e-3
     scaled = baseline_step1_checks(moe_record(spread_groups(1.01)), moe_baseline(), limits)
-    by_metric = {c.metric: c for c in scaled}
-    assert by_metric["pre-clip grad norm rel diff to the baseline"].passed  # hidden in the whole norm
-    assert [c.metric for c in scaled if not c.passed] == ["median module grad norm ratio to the baseline, minus 1"]
+    assert "median module grad norm ratio to the baseline, minus 1" in [c.metric for c in scaled if not c.passed]
+
+
+def test_at_the_moe_class_limits_a_batch_of_four_cannot_see_one_percent():
+    """The class's own limits sit over its spread at batch 4 (flips there moved every module by 0.6 %): a 1 %
+    shared scale PASSes them, which is why the MoE row that guards it runs 16 rows."""
+    moe = limits_for("bf16", Tolerance(), moe=True)
+    assert [c for c in baseline_step1_checks(moe_record(spread_groups(1.01)), moe_baseline(), moe)
+            if not c.passed] == []
 
 
 def test_the_common_scale_needs_enough_modules_to_be_a_median():

@@ -257,3 +257,24 @@ def test_entropy_after_training_is_compared():
     verdict = judge(SCENARIO, cand, make_record())
     assert verdict.status == "FAIL"
     assert verdict.reasons[0].startswith("entropy after the last step max |Δ| = 0.001")
+
+
+def loss_reasons(candidate_losses, baseline_losses) -> list[str]:
+    verdict = judge(BF16_VS_HF, make_record(losses=candidate_losses), make_record(),
+                    make_record(losses=baseline_losses))
+    return [r for r in verdict.reasons if r.startswith("loss rel diff at")]
+
+
+def test_after_an_update_the_bar_allows_the_same_recipe_baselines_own_lag_and_no_more():
+    """A checkpoint on the bf16 grid rounds away an update fp32 takes: the candidate and the baseline lag the
+    reference's step-2 loss alike (0.4 -> 0.21 and 0.2), which PASSes; the same candidate beside a baseline that
+    kept up FAILs, and so does a lag the baseline does not share at step 1, before any update."""
+    assert loss_reasons((0.5, 0.21), (0.5, 0.2)) == []
+    assert [r.split(" = ")[0] for r in loss_reasons((0.5, 0.21), (0.5, 0.399))] == ["loss rel diff at step 2"]
+    assert [r.split(" = ")[0] for r in loss_reasons((0.45, 0.4), (0.4, 0.4))] == ["loss rel diff at step 1"]
+
+
+def test_a_baseline_far_off_widens_the_bar_at_most_threefold():
+    """A baseline 100 % off at step 2 (a defect of its own) does not carry a candidate as far with it."""
+    assert loss_reasons((0.5, 0.0), (0.5, 0.0)) != []  # 0.4 off: past 0.2 x 0.4 + 0.01 times three
+    assert loss_reasons((0.5, 0.3), (0.5, 0.0)) == []  # 0.1 off: inside it

@@ -17,7 +17,8 @@ ROW = {"model": "tiny-qwen3", "strategy": "fsdp2", "layout": {"dp": 2}, "dtype":
 
 @pytest.mark.parametrize(("change", "expected"), [
     ({}, True),
-    ({"workload": {"loss": "sft"}}, True),
+    ({"workload": {"loss": "sft"}}, False),  # its step-1 loss is the model's alone: not the measured spread
+    ({"workload": {"advantages": "group_normalized", "group_size": 4}}, False),
     ({"device": "npu"}, False),  # an accelerator's kernels: not measured here
     ({"reference": "golden:/goldens/qwen3-8b"}, False),
     ({"strategy": "verl_megatron", "workload": {"use_kl_loss": True}}, False),  # verl's RL step

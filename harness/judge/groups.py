@@ -75,7 +75,7 @@ def group_sum_checks(candidate: RunRecord, limits: Limits) -> list[Check]:
     if limits.group_sum_rel is None:
         return []
     checks = [Check("pre-clip grad norm rel diff to its modules' root-sum-square", rel_diff(step.grad_norm, total),
-                    limits.group_sum_rel, step=step.step, lane="self", update=step.update,
+                    limits.group_sum_rel, step=step.step, lane="self", update=step.update if step.update > 1 else None,
                     note=f"modules {total:.6g}, engine {step.grad_norm:.6g}")
               for step in candidate.steps if step.group_grad_norms
               for total in [math.sqrt(sum(v * v for v in step.group_grad_norms.values()))]]

@@ -4,16 +4,22 @@ any update; every other row keeps the dtype's wide bar until its own spread is m
 
 from __future__ import annotations
 
-from parity.harness.contract.schema import RL_STEP_FIELDS, Scenario
+from parity.harness.contract.schema import RL_STEP_FIELDS, Scenario, Workload
+
+
+def diluted_loss(workload: Workload) -> bool:
+    """Whether the step-1 loss is mostly a constant of the batch: GRPO over seeded advantages is -mean(A) before any
+    update (the ratio is 1) plus a small entropy term, so rounding moves it by a small share of what it moves an
+    SFT loss (the model's alone) or a group-normalised one (whose advantages' mean is 0)."""
+    return workload.loss == "grpo" and workload.advantages == "seeded"
 
 
 def measured_on_cpu(scenario: Scenario) -> bool:
-    """On CPU, against the single-process fp32 reference, with the measured step: GRPO over seeded advantages and
-    none of verl's RL-step settings. Its step-1 loss is mostly the advantages' mean, which no rounding moves; an SFT
-    loss is the model's alone and moves by its whole rounding, and verl's RL step scores old and reference
-    log-probs again in the candidate's dtype. An accelerator's kernels, a model too large for the tiny ones' spread,
-    a stored golden: not measured here."""
+    """On CPU, against the single-process fp32 reference, with a measured step: GRPO over seeded advantages or SFT,
+    and none of verl's RL-step settings (its RL step scores old and reference log-probs again in the candidate's
+    dtype). An accelerator's kernels, a model too large for the tiny ones' spread, a stored golden, group-normalised
+    advantages: not measured here."""
     workload = scenario.workload
     plain = all(getattr(workload, name) == type(workload).model_fields[name].default for name in RL_STEP_FIELDS)
-    measured_step = workload.loss == "grpo" and workload.advantages == "seeded" and plain
+    measured_step = (diluted_loss(workload) or workload.loss == "sft") and plain
     return scenario.device == "cpu" and scenario.reference == "hf_fp32" and measured_step

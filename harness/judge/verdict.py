@@ -27,7 +27,7 @@ from parity.harness.judge.fingerprint import first_divergent
 from parity.harness.judge.groups import group_checks, group_sum_checks, worst_group_rel_per_step
 from parity.harness.judge.loads import expert_load_checks
 from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
-from parity.harness.judge.row_class import measured_on_cpu
+from parity.harness.judge.row_class import diluted_loss, measured_on_cpu
 from parity.harness.judge.schedule import lr_checks, schedule_series
 from parity.harness.judge.tolerances import RATIO_FLOOR_ABS, Limits, limits_for
 from parity.harness.run.records import RunRecord
@@ -83,7 +83,8 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
     """`uninterrupted`: for a `resume` scenario, the same engine's run without the checkpoint in between."""
     shape = model_shape(scenario.model)
     limits = limits_for(scenario.dtype, scenario.tolerance, moe=bool(shape and shape.num_experts),
-                        same_code=same_code(scenario), measured=measured_on_cpu(scenario))
+                        same_code=same_code(scenario), measured=measured_on_cpu(scenario),
+                        own_loss=not diluted_loss(scenario.workload))
     if baseline is not None and (problem := baseline_problem(baseline, reference)):
         return Verdict(scenario.id, "ERROR", [f"baseline {scenario.baseline} ({baseline.run_id}) is unusable as a "
                                               f"bar: {problem}"], info=scenario_info(scenario))

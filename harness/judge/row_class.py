@@ -10,8 +10,9 @@ from parity.harness.contract.schema import RL_STEP_FIELDS, Scenario, Workload
 def diluted_loss(workload: Workload) -> bool:
     """Whether the step-1 loss is mostly a constant of the batch: GRPO over seeded advantages is -mean(A) before any
     update (the ratio is 1) plus a small entropy term, so rounding moves it by a small share of what it moves an
-    SFT loss (the model's alone) or a group-normalised one (whose advantages' mean is 0)."""
-    return workload.loss == "grpo" and workload.advantages == "seeded"
+    SFT loss (the model's alone) or a group-normalised one (whose advantages' mean is 0: the harness's
+    `group_normalized`, or verl's advantage estimator over seeded rewards)."""
+    return workload.loss == "grpo" and workload.advantages == "seeded" and workload.adv_estimator is None
 
 
 def measured_on_cpu(scenario: Scenario) -> bool:

@@ -92,3 +92,15 @@ def test_an_own_loss_row_not_measured_keeps_the_wide_bar_against_fp32():
     unmeasured = limits_for("bf16", Tolerance(), own_loss=True)
     assert unmeasured.loss_rel == DEFAULTS["bf16"].loss_rel
     assert unmeasured.loss_rel_baseline_step1 > DEFAULTS["bf16"].loss_rel_baseline_step1
+
+
+@pytest.mark.parametrize(("workload", "diluted"), [
+    ({}, True),
+    ({"loss": "sft"}, False),
+    ({"advantages": "group_normalized", "group_size": 4}, False),
+    ({"adv_estimator": "grpo", "group_size": 4}, False),  # verl normalises the seeded rewards within each group
+])
+def test_which_step1_losses_are_diluted_by_the_advantages_mean(workload, diluted):
+    from parity.harness.judge.row_class import diluted_loss
+
+    assert diluted_loss(Scenario.model_validate(ROW | {"workload": workload}).workload) is diluted

@@ -7,7 +7,8 @@ is rtol + atol / |reference| at that run (the atol covers a loss near zero).
     python benchmarks/seed_scan.py --matrix scenarios/cpu.yaml -k bf16 --seeds 16 --verdicts V.jsonl
     python benchmarks/bf16_class_limits.py V.jsonl [W.jsonl ...]
 
-The rows' class is the judge's: MoE where the model has experts (harness/config/models.py model_shape).
+The rows' class is the judge's: MoE where the model has experts (harness/config/models.py model_shape), and the
+workload's loss (a GRPO step-1 loss over seeded advantages is mostly their mean; an SFT one is the model's own).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def main() -> None:
                 continue
             model = verdict["id"].split("/")[0]
             shape = model_shape(model)
-            klass = "MoE" if shape and shape.num_experts else "dense"
+            loss = ((verdict.get("provenance") or {}).get("workload") or {}).get("loss", "?")
+            klass = f"{'MoE' if shape and shape.num_experts else 'dense'}, {loss}"
             runs[klass] += 1
             for check in verdict["checks"]:
                 if (name := check_class(check)) is None:

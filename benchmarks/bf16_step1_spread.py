@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import tempfile
 from pathlib import Path
 
 from parity.harness.config.matrix import load_file
 from parity.harness.config.models import model_shape
 from parity.harness.contract.schema import Fault
-from parity.harness.judge.baseline_step1 import same_code
+from parity.harness.judge.baseline_step1 import common_grad_scale, same_code
 from parity.harness.judge.reference import baseline_scenario
 from parity.harness.options import RunOptions
 from parity.harness.run.records import RunRecord
@@ -37,7 +36,7 @@ def rel(a: float, b: float) -> float:
 
 #: the checks measured: name -> what it is called in the table
 CHECKS = {"loss": "loss rel", "grad_norm": "pre-clip grad norm rel", "module": "module grad norm rel",
-          "common": "common module scale", "common_w": "common scale (top half)"}
+          "common": "median module ratio - 1"}
 
 
 def step1(candidate: RunRecord, baseline: RunRecord, module: str | None = None) -> dict[str, float]:
@@ -47,16 +46,12 @@ def step1(candidate: RunRecord, baseline: RunRecord, module: str | None = None) 
     groups = {name: rel(value, base_groups[name]) for name, value in (c.group_grad_norms or {}).items()
               if name in base_groups}
     moved = groups.get(module, math.nan) if module else max(groups.values(), default=0.0)
-    ratios = sorted((c.group_grad_norms or {})[n] / base_groups[n] for n in groups if base_groups[n] > 0)
-    big = sorted(base_groups, key=base_groups.get)[len(base_groups) // 2:]
-    ratios_w = sorted((c.group_grad_norms or {})[n] / base_groups[n] for n in big if n in groups)
-    med = lambda r: abs(statistics.median(r) - 1) if r else math.nan  # noqa: E731
+    common = common_grad_scale(c.group_grad_norms or {}, base_groups)
     return {"loss": rel(c.loss, b.loss), "grad_norm": rel(c.grad_norm, b.grad_norm), "module": moved,
-            "common": med(ratios), "common_w": med(ratios_w)}
+            "common": math.nan if common is None else abs(common)}
 
 #: check -> the planted fault that must move it
-TARGET = {"loss": "loss x1.01", "grad_norm": "grad x1.01", "module": "module x1.5", "common": "grad x1.01",
-          "common_w": "grad x1.01"}
+TARGET = {"loss": "loss x1.01", "grad_norm": "grad x1.01", "module": "module x1.5", "common": "grad x1.01"}
 
 
 def planted_faults(module: str) -> dict[str, tuple[Fault, str]]:

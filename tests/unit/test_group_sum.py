@@ -46,3 +46,12 @@ def test_the_consistent_twin_passes_with_fp32_summation_noise(dtype):
 def test_a_run_without_module_norms_makes_no_such_check():
     bare = RunRecord("r", "h", "ok", steps=[StepRecord(1, 0.5, 3.0, 0.1)])
     assert group_sum_checks(bare, limits_for("fp32", Tolerance())) == []
+
+
+def test_a_norm_rounded_to_bf16_passes_where_not_measured_and_fails_where_every_engine_sums_in_fp32():
+    """Off the measured CPU rows an engine may take its norm from bf16 gradients (torch's clip_grad_norm_ rounds each
+    per-tensor norm and their total): one such rounding passes there; on a CPU row of a class in MEASURED_ON_CPU,
+    whose engines all sum full-precision gradients, it is past summation order."""
+    rounded = record(WHOLE * (1 + 2 ** -9))
+    assert group_sum_checks(rounded, limits_for("bf16", Tolerance()))[0].passed
+    assert not group_sum_checks(rounded, limits_for("bf16", Tolerance(), measured=True))[0].passed

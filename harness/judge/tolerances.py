@@ -113,7 +113,7 @@ MOE_UPDATES = {"bf16": {"grad_norm_rel_baseline_step1": 0.0105, "group_grad_norm
                         "common_grad_scale_baseline_step1": 0.016}}
 """Per dtype, a MoE row's limits where they differ from a dense row's: the router's bf16 top-k flips a token's
 experts between the two implementations, so MoE gradients spread wider than dense ones, the scale every module
-shares too (a flipped token's gradient reaches every layer below it: a batch of 4 moved all modules by 0.6 %)."""
+shares too (a flipped token's gradient reaches every layer below it), the more so the fewer the tokens."""
 SAME_CODE_UPDATES = {"bf16": {"loss_rel_baseline_step1": 1e-5, "grad_norm_rel_baseline_step1": 5e-4,
                               "group_grad_norm_rel_baseline_step1": 0.01, "common_grad_scale_baseline_step1": 2.5e-4}}
 """Per dtype, the step-1 baseline limits of a row whose engine computes with the baseline's own modeling code on a

@@ -1,6 +1,6 @@
 """An engine's pre-clip grad norm against the root-sum-square of its own module grad norms
 (harness/judge/groups.py group_sum_checks): a norm that leaves out one rank's experts (Megatron took them for
-tensor-parallel copies: a verl tp2-ep2-etp1 row was 0.5-1.4 % short) or counts a shard twice FAILs, every step,
+tensor-parallel copies, as verl's tp2-ep2-etp1 rows once did) or counts a shard twice FAILs, every step,
 while each module matches its reference; the consistent twin PASSes in every dtype."""
 
 from __future__ import annotations

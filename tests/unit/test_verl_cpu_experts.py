@@ -1,7 +1,7 @@
 """The CPU grouped linear that stands in for Transformer Engine's under verl's Megatron experts
 (engines/verl/cpu_experts.py) marks its weights as TE's GroupedLinear.reset_parameters does: every weight a
 tensor-parallel shard. Megatron's grad norm keeps an unmarked weight on TP rank 0 only, which under tp > etp drops
-TP rank 1's experts from the norm and the clip (a verl tp2-ep2-etp1 row reported a pre-clip norm 0.5-1.4 % short)."""
+TP rank 1's experts from the norm and the clip (verl's tp2-ep2-etp1 rows reported a short pre-clip norm)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,9 @@ from pathlib import Path
 from parity.harness.config.matrix import load_file
 from parity.harness.config.models import model_shape
 from parity.harness.contract.schema import Fault
-from parity.harness.judge.baseline_step1 import common_grad_scale, same_code
+from parity.harness.judge.baseline_step1 import common_grad_scale
 from parity.harness.judge.reference import baseline_scenario
+from parity.harness.judge.row_class import same_code
 from parity.harness.options import RunOptions
 from parity.harness.run.records import RunRecord
 from parity.harness.runner import Runner

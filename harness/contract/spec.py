@@ -211,7 +211,7 @@ class EngineSpec:
     """It computes with transformers' own modeling code, the reference engine's, in the recipe of the
     `hf_master_weights` baseline: on a padded, data-parallel-only CPU row its step-1 gradients then differ from that
     baseline's by reduction order alone (no bf16 routing flips either), and the step-1 baseline checks take that
-    class's tight limits (harness/judge/baseline_step1.py same_code, tolerances.py SAME_CODE_UPDATES). Set only on
+    class's tight limits (harness/judge/row_class.py same_code, tolerances.py SAME_CODE_UPDATES). Set only on
     engines whose spread benchmarks/bf16_step1_spread.py shows."""
     requires: tuple[Requirement, ...] = ()
     """Packages the engine needs; a missing one SKIPs its scenarios with the reason."""

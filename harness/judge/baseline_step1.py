@@ -10,25 +10,11 @@ from __future__ import annotations
 import math
 import statistics
 
-from parity.harness.config.registry import spec_for
 from parity.harness.contract.grad_groups import describe
-from parity.harness.contract.parallel_dims import ParallelDims
-from parity.harness.contract.schema import Scenario
-from parity.harness.judge.checks import Check
+from parity.harness.judge.checks import Check, failing_or_worst
 from parity.harness.judge.compare import rel_diff, rel_limit
 from parity.harness.judge.tolerances import Limits
 from parity.harness.run.records import RunRecord
-
-
-def same_code(scenario: Scenario) -> bool:
-    """Whether the row's engine computes with the baseline's own modeling code (EngineSpec.hf_modeling) on a
-    data-parallel-only layout, padded: every rank runs its whole rows through the whole model, each row's arithmetic
-    as in the baseline. Packed, a rank's stream holds other rows than the baseline's one stream. On CPU only, whose
-    spread benchmarks/bf16_step1_spread.py shows; an accelerator's kernels may tile by the batch's shape."""
-    dims = ParallelDims.of(scenario.layout)
-    return (spec_for(scenario).hf_modeling and dims.world_size == dims.dp and not scenario.workload.packed
-            and scenario.device == "cpu")
-
 
 #: fewest modules whose median ratio is a scale they share: with fewer, one module's own rounding is the median
 COMMON_SCALE_MIN_MODULES = 8
@@ -76,7 +62,4 @@ def baseline_step1_checks(candidate: RunRecord, baseline: RunRecord, limits: Lim
         c, b = cand.group_grad_norms.get(group, math.nan), base.group_grad_norms.get(group, math.nan)
         modules.append(Check(f"{describe(group)} grad norm rel diff to the baseline", rel_diff(c, b), limit, step=1,
                              lane="baseline", note=f"baseline {b:.6g}"))
-    failing = [c for c in modules if not c.passed]
-    if failing:
-        return checks + failing
-    return checks + ([max(modules, key=lambda c: c.observed / c.limit)] if modules else [])
+    return checks + failing_or_worst(modules)

@@ -28,3 +28,10 @@ class Check:
         at += f", update {self.update}" if self.update is not None else ""
         how = f"; {self.note}" if self.note else ""
         return f"{self.metric}{at} = {self.observed:.3g} > limit {self.limit:.3g} ({self.lane}{how})"
+
+
+def failing_or_worst(checks: list[Check]) -> list[Check]:
+    """The failing checks of a family (one per module, one per step), else its worst passing one, so that a report
+    shows the margin without listing every module."""
+    failing = [c for c in checks if not c.passed]
+    return failing or ([max(checks, key=lambda c: c.observed / c.limit)] if checks else [])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from parity.harness.contract.grad_groups import describe
-from parity.harness.judge.checks import Check
+from parity.harness.judge.checks import Check, failing_or_worst
 from parity.harness.judge.compare import rel_diff
 from parity.harness.judge.tolerances import Limits
 from parity.harness.run.records import RunRecord
@@ -44,11 +44,7 @@ def group_checks(candidate: RunRecord, reference: RunRecord, limits: Limits) -> 
                                      note=f"rtol {rtol:.3g} + {limits.group_grad_norm_atol:.3g} x global norm "
                                           f"{ref.grad_norm:.3g} / |ref {r:.3g}|"))
             observed_all.append(observed)
-        failing = [c for c in step_checks if not c.passed]
-        if failing:
-            checks += failing
-        elif step_checks:
-            checks.append(max(step_checks, key=lambda c: c.observed / c.limit))
+        checks += failing_or_worst(step_checks)
     worst = max(observed_all, key=lambda v: math.inf if math.isnan(v) else v) if observed_all else None
     return checks, worst
 
@@ -79,5 +75,4 @@ def group_sum_checks(candidate: RunRecord, limits: Limits) -> list[Check]:
                     note=f"modules {total:.6g}, engine {step.grad_norm:.6g}")
               for step in candidate.steps if step.group_grad_norms
               for total in [math.sqrt(sum(v * v for v in step.group_grad_norms.values()))]]
-    failing = [c for c in checks if not c.passed]
-    return failing or ([max(checks, key=lambda c: c.observed / c.limit)] if checks else [])
+    return failing_or_worst(checks)

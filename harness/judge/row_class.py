@@ -1,9 +1,12 @@
-"""Which measured class a low-precision row's bar against the fp32 reference comes from (tolerances.limits_for):
-rows like those `python benchmarks/bf16_class_limits.py` measures get their class's limits, dense or MoE, before
-any update; every other row keeps the dtype's wide bar until its own spread is measured."""
+"""Which class a low-precision row's limits come from (tolerances.limits_for): rows like those
+`python benchmarks/bf16_class_limits.py` measures get their class's bar against fp32, dense or MoE, before any
+update, every other row the dtype's wide bar until its own spread is measured; a row running the baseline's own code
+its own step-1 limits against that baseline; a step-1 loss that is the model's own, its own loss limits."""
 
 from __future__ import annotations
 
+from parity.harness.config.registry import spec_for
+from parity.harness.contract.parallel_dims import ParallelDims
 from parity.harness.contract.schema import RL_STEP_FIELDS, Scenario, Workload
 
 
@@ -24,3 +27,13 @@ def measured_on_cpu(scenario: Scenario) -> bool:
     plain = all(getattr(workload, name) == type(workload).model_fields[name].default for name in RL_STEP_FIELDS)
     measured_step = (diluted_loss(workload) or workload.loss == "sft") and plain
     return scenario.device == "cpu" and scenario.reference == "hf_fp32" and measured_step
+
+
+def same_code(scenario: Scenario) -> bool:
+    """Whether the row's engine computes with the baseline's own modeling code (EngineSpec.hf_modeling) on a
+    data-parallel-only layout, padded: every rank runs its whole rows through the whole model, each row's arithmetic
+    as in the baseline. Packed, a rank's stream holds other rows than the baseline's one stream. On CPU only, whose
+    spread benchmarks/bf16_step1_spread.py shows; an accelerator's kernels may tile by the batch's shape."""
+    dims = ParallelDims.of(scenario.layout)
+    return (spec_for(scenario).hf_modeling and dims.world_size == dims.dp and not scenario.workload.packed
+            and scenario.device == "cpu")

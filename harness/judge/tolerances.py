@@ -118,7 +118,7 @@ SAME_CODE_UPDATES = {"bf16": {"loss_rel_baseline_step1": 1e-5, "grad_norm_rel_ba
                               "group_grad_norm_rel_baseline_step1": 0.01, "common_grad_scale_baseline_step1": 2.5e-4}}
 """Per dtype, the step-1 baseline limits of a row whose engine computes with the baseline's own modeling code on a
 data-parallel-only layout (EngineSpec.hf_modeling), dense or MoE alike: the same forward routes every token alike,
-and the gradients differ by reduction order alone (baseline_step1.same_code says which rows)."""
+and the gradients differ by reduction order alone (row_class.same_code says which rows)."""
 
 MEASURED_ON_CPU = {"bf16": {
     "dense": {"logprob_max_abs": 0.11, "logprob_mean_abs": 0.021, "logprob_p99_abs": 0.085, "kl_k3": 1.2e-4,
@@ -135,6 +135,10 @@ OWN_LOSS = {"bf16": {"dense": {"loss_rel": 1e-3, "loss_rel_baseline_step1": 7e-4
 False: SFT, group-normalised advantages), whose rounding a GRPO loss's constant -mean(A) does not dilute: against the
 same-recipe baseline on every row, against fp32 (`loss_rel`) on a measured row only. The same-code class keeps its
 own baseline limit (the same code rounds alike whatever the loss)."""
+
+#: the most a baseline's lag widens the bar after an update, in units of the bar: a candidate may lag as far as its
+#: same-recipe baseline does, but a baseline far off by a defect of its own must not carry a candidate with it
+LAG_CAP = 2.0
 
 #: below this, a baseline's log-prob / entropy error counts as this much (a near-exact baseline must not turn
 #: noise into a huge ratio).

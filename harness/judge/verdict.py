@@ -16,7 +16,7 @@ import torch
 from parity.harness.config.models import model_shape
 from parity.harness.contract.schema import Scenario
 from parity.harness.contract.spec import KWARGS_BLOCKS
-from parity.harness.judge.baseline_step1 import baseline_step1_checks, same_code
+from parity.harness.judge.baseline_step1 import baseline_step1_checks
 from parity.harness.judge.causal import causal_reasons
 from parity.harness.judge.checkpoint import conversion_checks, resume_checks
 from parity.harness.judge.checks import Check
@@ -27,9 +27,9 @@ from parity.harness.judge.fingerprint import first_divergent
 from parity.harness.judge.groups import group_checks, group_sum_checks, worst_group_rel_per_step
 from parity.harness.judge.loads import expert_load_checks
 from parity.harness.judge.perf import perf_metrics, reference_perf, step_series, versus_reference
-from parity.harness.judge.row_class import diluted_loss, measured_on_cpu
+from parity.harness.judge.row_class import diluted_loss, measured_on_cpu, same_code
 from parity.harness.judge.schedule import lr_checks, schedule_series
-from parity.harness.judge.tolerances import RATIO_FLOOR_ABS, Limits, limits_for
+from parity.harness.judge.tolerances import LAG_CAP, RATIO_FLOOR_ABS, Limits, limits_for
 from parity.harness.run.records import RunRecord
 
 Status = Literal["PASS", "FAIL", "ERROR", "SKIP"]
@@ -180,11 +180,6 @@ def _candidate_checks(candidate: RunRecord, reference: RunRecord, limits: Limits
     metrics["logprob_max_abs"] = worst(metrics[k]["max_abs"] for k in ("logprobs_before", "logprobs_after"))
     metrics["logprob_mean_abs"] = worst(metrics[k]["mean_abs"] for k in ("logprobs_before", "logprobs_after"))
     return checks, metrics
-
-
-#: the most a baseline's lag widens the bar after an update, in units of the bar: a candidate may lag as far as its
-#: same-recipe baseline does, but a baseline far off by a defect of its own must not carry a candidate with it
-LAG_CAP = 2.0
 
 
 def baseline_lag(baseline: RunRecord | None, name: str, index: int, reference: float) -> float:

@@ -71,7 +71,7 @@ def test_a_same_code_row_sees_a_tenth_of_a_percent_that_the_other_classes_pass()
 ])
 def test_the_same_code_class_is_the_baseline_code_on_a_data_parallel_layout(row, expected):
     from parity.harness.contract.schema import Scenario
-    from parity.harness.judge.baseline_step1 import same_code
+    from parity.harness.judge.row_class import same_code
 
     assert same_code(Scenario.model_validate({"model": "tiny-qwen3", "dtype": "bf16", **row})) is expected
 
@@ -134,8 +134,8 @@ def test_a_one_percent_scale_every_module_shares_fails_on_the_median_that_routin
 
 
 def test_at_the_moe_class_limits_a_batch_of_four_cannot_see_one_percent():
-    """The class's own limits sit over its spread at batch 4 (flips there move every module about as far as a 1 % scale): a 1 %
-    shared scale PASSes them, which is why the MoE row that guards it runs 16 rows."""
+    """The class's own limits sit over its spread at batch 4 (flips there move every module about as far as a 1 %
+    scale): a 1 % shared scale PASSes them, which is why the MoE row that guards it runs 16 rows."""
     moe = limits_for("bf16", Tolerance(), moe=True)
     assert [c for c in baseline_step1_checks(moe_record(spread_groups(1.01)), moe_baseline(), moe)
             if not c.passed] == []

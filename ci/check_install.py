@@ -15,6 +15,7 @@ import sys
 from packaging.requirements import Requirement
 
 DIST = "parity-harness"
+PLUGIN = "parity.harness.pytest_plugin"
 
 
 def import_names(dist: str) -> list[str]:
@@ -25,9 +26,21 @@ def import_names(dist: str) -> list[str]:
     return sorted(n for n in names if not n.startswith("_")) or [dist.replace("-", "_")]
 
 
-def problems() -> list[str]:
+def version_problem(requirement: Requirement, installed: str) -> str | None:
+    """Why the installed version does not meet the requirement (None when it does). Pre-releases are accepted
+    explicitly: `installed in requirement.specifier` refuses 5.0.0.dev0 (an editable transformers from a git
+    commit) under packaging < 26 and accepts it from 26 on, so the image's packaging would decide the lane."""
+    try:
+        if requirement.specifier.contains(installed, prereleases=True):
+            return None
+    except ValueError as exc:  # packaging 22-25 raise InvalidVersion for a version PEP 440 cannot read
+        return f"{requirement.name}: {installed} is installed, a version packaging cannot read ({exc})"
+    return f"{requirement.name}: {installed} is installed, the harness needs {requirement}"
+
+
+def problems(dist: str = DIST, plugin: str | None = PLUGIN) -> list[str]:
     found = []
-    for text in md.requires(DIST) or []:
+    for text in md.requires(dist) or []:
         requirement = Requirement(text)
         if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
             continue  # an extra's requirement (megatron, verl, dev): the image brings its own
@@ -36,8 +49,8 @@ def problems() -> list[str]:
         except md.PackageNotFoundError:
             found.append(f"{requirement.name}: not installed ({requirement})")
             continue
-        if installed not in requirement.specifier:
-            found.append(f"{requirement.name}: {installed} is installed, the harness needs {requirement}")
+        if problem := version_problem(requirement, installed):
+            found.append(problem)
             continue
         for module in import_names(requirement.name):
             try:
@@ -45,9 +58,10 @@ def problems() -> list[str]:
             except Exception as exc:  # a broken install is as fatal as a missing one
                 found.append(f"{requirement.name}: import {module} failed: {type(exc).__name__}: {exc}")
     try:
-        importlib.import_module("parity.harness.pytest_plugin")
+        if plugin is not None:
+            importlib.import_module(plugin)
     except Exception as exc:
-        found.append(f"{DIST}: its pytest plugin does not import: {type(exc).__name__}: {exc}")
+        found.append(f"{dist}: its pytest plugin does not import: {type(exc).__name__}: {exc}")
     return found
 
 

@@ -248,7 +248,7 @@ def test_fusion_attention_tnd_with_other_kv_lengths_and_its_grad_op(tnpu, mode):
     against a kv sequence of ANOTHER length (the first halves of a KV block: actual_seq_kvlen halved), with no mask
     (sparse_mode 0) or bottom-right causal (3); then the grad op from the statistics the forward returned, [T, N, 8]
     as tnd_out_update views them. Reference: SDPA per sequence pair. Bottom-right causal with the shorter side the
-    query (a longer query would leave its first rows with no key: refused, see the fully masked row cases)."""
+    query (a longer query would leave its first rows with no key: poisoned, see the fully masked row cases)."""
     n, nkv, d = 4, 2, 8
     q_ends, kv_ends = ([4, 10, 12], [2, 7, 12]) if mode == 0 else ([2, 6, 12], [3, 8, 15])
     q, _, _ = qkv(1, n, nkv, 12, 12, d, seed=13)
@@ -370,8 +370,8 @@ def test_fusion_attention_grad_op_matches_autograd(tnpu, layout):
 def test_ring_style_blockwise_merge_and_grad(tnpu):
     """Two KV blocks attended separately, merged with the online-softmax rule MindSpeed uses
     (context_parallel/utils.py forward_update_without_fused), then each block's grad from the MERGED statistics:
-    must equal full attention. Every query keeps at least one key in each block (a fully masked row is refused:
-    test_fusion_attention_refuses_a_fully_masked_row)."""
+    must equal full attention. Every query keeps at least one key in each block (a block that masks some rows whole:
+    test_online_softmax_merge_discards_a_fully_masked_block_and_naive_merges_do_not)."""
     n, d, s = 2, 4, 4
     q, k, v = qkv(1, n, n, s, 2 * s, d, seed=11)
     scale = 0.5
@@ -402,38 +402,209 @@ def test_ring_style_blockwise_merge_and_grad(tnpu):
 # --- the op reference's edges (docs/ascend.md, "The emulated ops against the op reference"): each refusal next to
 # --- the clean call one step inside the rule
 
+FLOAT32_LOWEST = torch.finfo(torch.float32).min
+
+
+def assert_poison(rows):
+    """What the emulation returns where the reference leaves an output undefined: finite, and far beyond any
+    attention output (a convex combination of value rows)."""
+    from torch_npu._attention import POISON_MIN
+
+    assert rows.numel() and torch.isfinite(rows).all() and (rows.abs() >= POISON_MIN).all(), rows
+
+
+def one_row_masked(s=4, row=2):
+    mask = torch.zeros(1, 1, s, s, dtype=torch.bool)
+    mask[..., row, :] = True
+    return mask
+
+
 @pytest.mark.parametrize("inner_precise", [0, 1])
-@pytest.mark.parametrize("op", ["forward", "grad"])
-def test_fusion_attention_refuses_a_fully_masked_row(tnpu, inner_precise, op):
-    """MindSpeed's general ring strategy hands whole blocks masked (kv_block_id > q_block_id) with inner_precise 0;
-    the reference leaves such a row's output undocumented, so the emulation refuses it. One key kept: it runs."""
-    q, k, v = qkv(1, 2, 2, 4, 4, 4, seed=3)
-    whole = torch.ones(1, 1, 4, 4, dtype=torch.bool)
-    one_row = torch.zeros(1, 1, 4, 4, dtype=torch.bool)
-    one_row[..., 2, :] = True  # a single query row fully masked is enough
-    kept = one_row.clone()
-    kept[..., 2, 3] = False  # the clean twin: that row keeps one key
+@pytest.mark.parametrize("layout", ["BNSD", "SBH"])
+def test_fusion_attention_poisons_a_fully_masked_row(tnpu, inner_precise, layout):
+    """A fully masked query row is legal input whose output the reference leaves undefined (inner_precise 2 "enables
+    invalid-row computation"; 0/1 say nothing): attention_out is poison there, the statistics are the empty row's
+    (sum 0, max the lowest fp32), every other row is exact. The clean twin: that row keeps one key, no poison."""
+    n = 2
+    q, k, v = qkv(1, n, n, 4, 4, 4, seed=3)
+    masked = one_row_masked()
+    kept = masked.clone()
+    kept[..., 2, 3] = False
 
     def call(mask):
-        if op == "forward":
-            return tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", atten_mask=mask, sparse_mode=1,
-                                             inner_precise=inner_precise)[0]
-        return tnpu.npu_fusion_attention_grad(q, k, v, q, 2, "BNSD", atten_mask=mask, sparse_mode=1,
-                                              inner_precise=inner_precise)[0]
-    for mask in (whole, one_row):
-        with pytest.raises(NotImplementedError, match="fully masked query row"):
-            call(mask)
-    assert torch.isfinite(call(kept)).all()
+        out, smax, ssum = tnpu.npu_fusion_attention(to_layout(q, layout), to_layout(k, layout), to_layout(v, layout),
+                                                    n, layout, atten_mask=mask, scale=0.5, sparse_mode=1,
+                                                    inner_precise=inner_precise)[:3]
+        out = out if layout == "BNSD" else out.reshape(4, 1, n, 4).permute(1, 2, 0, 3)
+        return out, smax[..., 0], ssum[..., 0]
+    out, smax, ssum = call(masked)
+    assert_poison(out[:, :, 2])
+    assert (smax[:, :, 2] == FLOAT32_LOWEST).all() and (ssum[:, :, 2] == 0).all()
+    live = [0, 1, 3]
+    ref = sdpa_ref(q, k, v, ~kept, 0.5)  # rows 0, 1, 3 as masked; row 2 of ref is the clean twin's
+    torch.testing.assert_close(out[:, :, live], ref[:, :, live], atol=1e-6, rtol=1e-6)
+    assert (ssum[:, :, live] >= 1).all()
+    out, smax, ssum = call(kept)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-6)
+    assert (out.abs() < 10).all() and (ssum >= 1).all()
 
 
-def test_fusion_attention_refuses_rows_a_bottom_right_causal_mask_leaves_empty(tnpu):
+def test_fusion_attention_poison_is_reproducible_per_call_and_leaves_the_global_rng(tnpu):
+    """Seeded per call by a per-process counter: the same call number draws the same poison (runs reproduce), the
+    next call another; the global RNG, which the harness's runs share with the reference, does not move."""
+    import itertools
+
+    from torch_npu import _attention
+
+    q, k, v = qkv(1, 2, 2, 4, 4, 4, seed=3)
+    whole = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    rng = torch.get_rng_state()
+
+    def call():
+        return tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", atten_mask=whole, sparse_mode=1)[0]
+    _attention._POISON_CALLS = itertools.count(1000)
+    first, second = call(), call()
+    _attention._POISON_CALLS = itertools.count(1000)
+    assert torch.equal(call(), first)
+    assert not torch.equal(first, second)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert_poison(first)
+    assert (first > 0).any() and (first < 0).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_fusion_attention_poison_is_finite_in_every_dtype(tnpu, dtype):
+    q, k, v = qkv(1, 2, 2, 4, 4, 4, dtype=dtype, seed=3)
+    out = tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", atten_mask=torch.ones(1, 1, 4, 4, dtype=torch.bool),
+                                    sparse_mode=1)[0]
+    assert out.dtype == dtype
+    assert_poison(out.float())
+
+
+def test_fusion_attention_poisons_rows_a_bottom_right_causal_mask_leaves_empty(tnpu):
     """sparse_mode 3 with Sq > Skv masks every key of the first Sq - Skv queries (the reference: the kernel then
-    enables invalid-row computation by itself; the values are still not documented). Sq = Skv runs."""
+    enables invalid-row computation by itself, values not documented): those rows are poison, the rest exact."""
     q, k, v = qkv(1, 2, 2, 6, 4, 4)
-    with pytest.raises(NotImplementedError, match="fully masked query row"):
-        tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", atten_mask=COMPRESSED, sparse_mode=3)
-    q, k, v = qkv(1, 2, 2, 4, 4, 4)
-    assert torch.isfinite(tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", atten_mask=COMPRESSED, sparse_mode=3)[0]).all()
+    out, smax, ssum = tnpu.npu_fusion_attention(q, k, v, 2, "BNSD", atten_mask=COMPRESSED, sparse_mode=3,
+                                                scale=0.5)[:3]
+    assert_poison(out[:, :, :2])
+    assert (ssum[:, :, :2] == 0).all() and (smax[:, :, :2] == FLOAT32_LOWEST).all()
+    ref = sdpa_ref(q[:, :, 2:], k, v, keep_mask(4, 4, "causal_br"), 0.5)  # the last 4 queries, aligned bottom-right
+    torch.testing.assert_close(out[:, :, 2:], ref, atol=1e-6, rtol=1e-6)
+
+
+def test_fusion_attention_tnd_refuses_a_query_sequence_without_kv(tnpu):
+    """The reference does not support Sq > 0 with Skv = 0 in a varlen batch (MindSpeed docs/zh/ops/
+    fusion_attention.md, input limits): refused, not poisoned. An empty QUERY sequence is supported: it runs."""
+    t = torch.randn(9, 2, 4)
+    with pytest.raises(NotImplementedError, match="no kv token"):
+        tnpu.npu_fusion_attention(t, t, t, 2, "TND", actual_seq_qlen=[4, 6, 9], actual_seq_kvlen=[4, 4, 9])
+    out = tnpu.npu_fusion_attention(t, t, t, 2, "TND", actual_seq_qlen=[4, 4, 9], actual_seq_kvlen=[4, 6, 9])[0]
+    assert torch.isfinite(out).all() and (out.abs() < 10).all()
+
+
+@pytest.mark.parametrize("stats", ["given", "recomputed"])
+def test_fusion_attention_grad_of_a_fully_masked_row_follows_the_statistics_it_gets(tnpu, stats):
+    """The grad op's P = exp(S - softmax_max) / softmax_sum. With the empty row's own statistics (sum 0) P is 0/0:
+    poisoned, and the poison reaches the grads only through that row's dy. dy 0 there (a caller that discarded the
+    row): every grad exact, i.e. the grads of the other rows' loss. dy non-zero there: poisoned grads."""
+    n, row = 2, 2
+    q, k, v = qkv(1, n, n, 4, 4, 4, seed=5)
+    masked = one_row_masked(row=row)
+    out, smax, ssum = tnpu.npu_fusion_attention(q, k, v, n, "BNSD", atten_mask=masked, scale=0.5, sparse_mode=1)[:3]
+    given = {"softmax_max": smax, "softmax_sum": ssum, "attention_in": out} if stats == "given" else {}
+    qr, kr, vr = (x.clone().requires_grad_(True) for x in (q, k, v))
+    live = [0, 1, 3]
+    dy = torch.randn_like(q)
+    dy[:, :, row] = 0
+    sdpa_ref(qr, kr, vr, ~masked, 0.5)[:, :, live].backward(dy[:, :, live])
+    dq, dk, dv, _ = tnpu.npu_fusion_attention_grad(q, k, v, dy, n, "BNSD", atten_mask=masked, scale_value=0.5,
+                                                   sparse_mode=1, **given)
+    torch.testing.assert_close(dq, qr.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(dk, kr.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(dv, vr.grad, atol=1e-5, rtol=1e-4)
+    assert (dq[:, :, row] == 0).all()
+    dy[:, :, row] = 1.0  # the planted caller: it used the undefined row
+    dq, dk, dv, _ = tnpu.npu_fusion_attention_grad(q, k, v, dy, n, "BNSD", atten_mask=masked, scale_value=0.5,
+                                                   sparse_mode=1, **given)
+    assert (dq[:, :, row].abs() > 1e3).all() and (dv.abs() > 1e3).any()
+
+
+def test_fusion_attention_autograd_through_a_poisoned_row(tnpu):
+    """The same through autograd: a loss that weights the poisoned row by 0 gets exact grads; one that uses it
+    gets poison."""
+    n, row = 2, 2
+    q, k, v = qkv(1, n, n, 4, 4, 4, seed=5)
+    masked = one_row_masked(row=row)
+    weight = torch.randn(1, n, 4, 4)
+    weight[:, :, row] = 0
+    qt, kt, vt = (x.clone().requires_grad_(True) for x in (q, k, v))
+    out = tnpu.npu_fusion_attention(qt, kt, vt, n, "BNSD", atten_mask=masked, scale=0.5, sparse_mode=1)[0]
+    (out * weight).sum().backward()
+    qr, kr, vr = (x.clone().requires_grad_(True) for x in (q, k, v))
+    (sdpa_ref(qr, kr, vr, ~masked, 0.5)[:, :, [0, 1, 3]] * weight[:, :, [0, 1, 3]]).sum().backward()
+    for got, want in ((qt, qr), (kt, kr), (vt, vr)):
+        torch.testing.assert_close(got.grad, want.grad, atol=1e-5, rtol=1e-4)
+    qt.grad = None
+    out = tnpu.npu_fusion_attention(qt, kt, vt, n, "BNSD", atten_mask=masked, scale=0.5, sparse_mode=1)[0]
+    out.sum().backward()
+    assert (qt.grad[:, :, row].abs() > 1e3).all()
+
+
+def merge(blocks, how):
+    """Block outputs [(out, softmax_max, softmax_sum)] merged over KV blocks. 'online_softmax': MindSpeed's rule
+    (context_parallel/utils.py forward_update_without_fused, folded over the blocks in ring order): each block
+    weighted by softmax_sum * exp(softmax_max - max). The planted naive merges read attention_out as it is,
+    without the statistics: 'sum' and 'mean' of the block outputs."""
+    if how in ("sum", "mean"):
+        return sum(b[0] for b in blocks) / (len(blocks) if how == "mean" else 1), None, None
+    out, mx, tot = blocks[0]
+    for o2, m2, l2 in blocks[1:]:
+        new = torch.maximum(mx, m2)
+        w1, w2 = tot * torch.exp(mx - new), l2 * torch.exp(m2 - new)
+        tot = w1 + w2
+        out = out * (w1 / tot)[..., :1] + o2 * (w2 / tot)[..., :1]
+        mx = new
+    return out, mx, tot
+
+
+@pytest.mark.parametrize("masked", ["whole_block", "some_rows"])
+@pytest.mark.parametrize("first", ["masked_block", "live_block"])
+def test_online_softmax_merge_discards_a_fully_masked_block_and_naive_merges_do_not(tnpu, masked, first):
+    """What MindSpeed's general ring strategy asks of the op (compute_mask: kv_block_id > q_block_id masks the
+    whole block; a left-padded batch masks some rows of a block): the online-softmax merge over the blocks equals
+    full attention, forward and each block's grad from the MERGED statistics (ring_context_parallel.py hands them
+    to npu_fusion_attention_grad); the masked block first or second in the ring. The planted merges that read the
+    poisoned attention_out directly are off by the poison."""
+    n, d, s = 2, 4, 4
+    q, k, v = qkv(1, n, n, s, 2 * s, d, seed=11)
+    scale = 0.5
+    live = torch.zeros(1, 1, s, s, dtype=torch.bool)
+    live[..., 1, 0] = True  # some masking in the live block too
+    dead = torch.ones(1, 1, s, s, dtype=torch.bool)
+    if masked == "some_rows":
+        dead[..., 2:, :2] = False  # rows 0, 1 fully masked in this block, rows 2, 3 keep two keys
+    blocks = [(k[:, :, :s], v[:, :, :s], live), (k[:, :, s:], v[:, :, s:], dead)]
+    keep = torch.cat([~live[0, 0], ~dead[0, 0]], dim=1)
+    if first == "masked_block":
+        blocks, keep = blocks[::-1], torch.cat([keep[:, s:], keep[:, :s]], dim=1)
+    k_full, v_full = torch.cat([b[0] for b in blocks], 2), torch.cat([b[1] for b in blocks], 2)
+    outs = [tnpu.npu_fusion_attention(q, kb, vb, n, "BNSD", atten_mask=m, scale=scale, sparse_mode=1)[:3]
+            for kb, vb, m in blocks]
+    qr, kr, vr = (x.clone().requires_grad_(True) for x in (q, k_full, v_full))
+    ref = sdpa_ref(qr, kr, vr, keep, scale)
+    merged, mx, tot = merge(outs, "online_softmax")
+    torch.testing.assert_close(merged, ref, atol=1e-5, rtol=1e-5)
+    for naive in ("sum", "mean"):
+        assert (merge(outs, naive)[0] - ref).abs().max() > 1e3, naive
+    dy = torch.randn_like(ref)
+    ref.backward(dy)
+    grads = [tnpu.npu_fusion_attention_grad(q, kb, vb, dy, n, "BNSD", atten_mask=m, softmax_max=mx, softmax_sum=tot,
+                                            attention_in=merged, scale_value=scale, sparse_mode=1)
+             for kb, vb, m in blocks]
+    torch.testing.assert_close(grads[0][0] + grads[1][0], qr.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(torch.cat([grads[0][1], grads[1][1]], 2), kr.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(torch.cat([grads[0][2], grads[1][2]], 2), vr.grad, atol=1e-5, rtol=1e-4)
 
 
 def test_fusion_attention_tnd_takes_trailing_zeros(tnpu):

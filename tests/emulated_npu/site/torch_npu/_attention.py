@@ -18,13 +18,26 @@ Contract followed (CANN torch_npu API reference for npu_fusion_attention; MindSp
   each sequence's `s * N` rows viewed [N, s, 8] and transposed to token order; `unflatten_softmax` writes them back;
   `get_selection_indices_for_tnd_softmax_update` picks a sequence's second half in each head's rows). The grad op
   takes them in the same layout.
-- A fully masked row (every key masked for a query, under any sparse_mode) is REFUSED: the reference says only that
-  inner_precise 2 "enables invalid-row computation, which avoids the precision loss a whole-row mask causes" and
-  that the kernel may enable it by itself (sparse_mode 3 with Sq > Skv); what the device returns for such a row
-  (output, softmax_max / softmax_sum) is not documented, so the emulation does not guess one. MindSpeed's general
-  ring strategy passes whole blocks masked (AttentionWithCp.compute_mask: kv_block_id > q_block_id -> all masked,
-  mindspeed/core/context_parallel/ring_context_parallel/ring_context_parallel.py) with inner_precise 0: the rows
-  that take that path say so (docs/ascend.md, "The emulated ops against the op reference").
+- A fully masked row (every key masked for a query) is legal input whose OUTPUT the reference leaves undefined: it
+  says only that inner_precise 2 "enables invalid-row computation, which avoids the precision loss a whole-row mask
+  causes" and that the kernel enables it by itself where it can tell (sparse_mode 3 with Sq > Skv). The emulation
+  returns POISON for such a row's attention_out (`_poison`: large finite random values, seeded per call) and, for
+  its softmax_max / softmax_sum, what their definitions give a row no key takes part in (the reference: the Max /
+  Sum intermediates of the Softmax, atten_mask 1 = "does not take part in the computation"): the empty sum, 0, and
+  the empty max as the lowest finite fp32 (finite, so that an exp(prev_max - max) merge stays free of inf - inf).
+  A caller that weights blocks by their statistics, as MindSpeed's online-softmax merge does (context_parallel/
+  utils.py forward_update_without_fused: a block's weight is softmax_sum * exp(softmax_max - max)), gives the row
+  weight 0 and never sees the poison; one that reads attention_out directly gets poison and fails. MindSpeed's
+  general ring strategy passes such rows (AttentionWithCp.compute_mask: kv_block_id > q_block_id -> all masked,
+  mindspeed/core/context_parallel/ring_context_parallel/ring_context_parallel.py) with inner_precise 0.
+  REFUSED instead where the references forbid the input: in TND (varlen) a query sequence with no kv (Sq > 0,
+  Skv = 0: MindSpeed docs/zh/ops/fusion_attention.md, input limits, "不支持某个batch中Sq不为0，但是Skv为0的场景").
+- The grad op for such a row: P = exp(S - softmax_max) / softmax_sum is 0 on every masked key when the GIVEN
+  statistics are a row's real ones (softmax_sum > 0: ring attention passes the statistics merged over all blocks),
+  so the row adds nothing to dq / dk / dv, exactly. Given the empty row's own statistics (softmax_sum 0, as the
+  forward returned them), P is 0 / 0, undefined: the emulation poisons that row's P. The gradient formula then
+  carries the poison only as far as the caller's dy reaches: with dy 0 on the row (a caller that discarded the
+  output) dS = P * (dP - delta) is 0 and every grad is exact; with dy non-zero the grads are poisoned.
 - `actual_seq_qlen` / `actual_seq_kvlen` / `prefix` are `int[]` (host lists): a Tensor is refused (it is what the
   separate npu_fusion_attention_v3 takes). Trailing zeros after the last end are legal padding of the list.
 - `softmax_layout` (op-plugin's signature, "" by default) is accepted as "" only: another layout of the softmax
@@ -32,6 +45,8 @@ Contract followed (CANN torch_npu API reference for npu_fusion_attention; MindSp
 - The grad op uses the softmax_max / softmax_sum / attention_in it is GIVEN (ring attention passes the statistics
   merged over all KV blocks, so per-block grads add up to the full grads).
 """
+import itertools
+
 import torch
 
 from .emulation import note, refuse
@@ -39,6 +54,23 @@ from .emulation import note, refuse
 LAYOUTS = ("BNSD", "BSND", "BSH", "SBH", "TND")
 _BIG = 2147483647
 _COMPRESSED = 2048
+
+#: |poison| lies in [POISON_MIN, 2 * POISON_MIN): far outside any attention output (a convex combination of value
+#: rows, so never beyond max |v|), finite in every dtype the op takes (fp16's largest is 65504)
+POISON_MIN = 1e4
+_POISON_SEED = 0x5EED
+_POISON_CALLS = itertools.count()
+
+
+def _poison(shape, dtype, device):
+    """Large finite random values, random signs, for what the reference leaves undefined. A fresh draw per call,
+    seeded by a per-process call counter (a run is reproducible, two calls never agree) from a private generator:
+    the global RNG, which the harness's runs consume, is untouched. Finite, so a caller that weights the values by
+    0 gets exactly 0 (NaN * 0 would be NaN)."""
+    gen = torch.Generator().manual_seed(_POISON_SEED + next(_POISON_CALLS))
+    magnitude = POISON_MIN * (1 + torch.rand(shape, generator=gen, dtype=torch.float64))
+    sign = torch.randint(0, 2, shape, generator=gen).to(torch.float64) * 2 - 1
+    return (magnitude * sign).to(dtype=dtype, device=device)
 
 
 def _is_compressed_causal(mask):
@@ -235,10 +267,12 @@ def _prepare(op, query, key, value, head_num, input_layout, *, pse, padding_mask
     mask = _build_mask(op, sq=q.shape[2], sk=k.shape[2], batch=q.shape[0], atten_mask=atten_mask,
                        sparse_mode=int(sparse_mode), pre=int(pre), nxt=int(nxt), q_ends=q_ends, kv_ends=kv_ends,
                        device=query.device)
-    if mask is not None and bool(mask.all(dim=-1).any()):
-        refuse(op, f"a fully masked query row (every key masked; sparse_mode={int(sparse_mode)}, "
-                   f"inner_precise={inner_precise}): the device's output for it is not documented (the reference "
-                   "only says inner_precise 2's invalid-row computation avoids its precision loss)")
+    if layout == "TND":
+        for (qa, qb), (ka, kb) in zip(_sequences(q_ends), _sequences(kv_ends)):
+            if qb > qa and kb == ka:  # MindSpeed docs/zh/ops/fusion_attention.md, input limits
+                refuse(op, f"a query sequence of {qb - qa} tokens with no kv token (the reference does not support "
+                           "Sq > 0 with Skv = 0 in a varlen batch)")
+    # any other fully masked row is legal input whose output is undefined: _forward_core poisons it
     return q, k, v, mask, q_ends
 
 
@@ -259,24 +293,32 @@ def _scores(q, k, mask, scale):
     return s
 
 
-def _forward_core(q, k, v, mask, scale):
-    """-> out [B,N,Sq,Dv] (q dtype), row max [B,N,Sq], row sum [B,N,Sq] (math dtype)."""
+def _forward_core(q, k, v, mask, scale, op):
+    """-> out [B,N,Sq,Dv] (q dtype), row max [B,N,Sq], row sum [B,N,Sq] (math dtype). A fully masked row (no key
+    takes part): max the lowest finite fp32, sum 0, out poison (the module docstring says why)."""
     s = _scores(q, k, mask, scale)
     row_max = s.amax(dim=-1)
     row_max = torch.where(torch.isneginf(row_max), torch.full_like(row_max, torch.finfo(torch.float32).min), row_max)
     p = torch.exp(s - row_max[..., None])
-    row_sum = p.sum(dim=-1)
+    row_sum = p.sum(dim=-1)  # >= 1 where a key takes part (its max contributes exp(0)), else 0
     vv = _expand_kv(v, q.shape[1]).to(s.dtype)
     out = torch.matmul(p, vv) / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))[..., None]
+    empty = row_sum == 0
+    if bool(empty.any()):
+        note(f"{op}: fully masked rows poisoned")
+        out = torch.where(empty[..., None], _poison(out.shape, out.dtype, out.device), out)
     return out.to(q.dtype), row_max, row_sum
 
 
-def _grad_core(q, k, v, dy, out, row_max, row_sum, mask, scale):
+def _grad_core(q, k, v, dy, out, row_max, row_sum, mask, scale, op):
     s = _scores(q, k, mask, scale)
     dt = s.dtype
     safe_sum = torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum)).to(dt)
     p = torch.exp(s - row_max.to(dt)[..., None]) / safe_sum[..., None]
-    p = torch.where((row_sum > 0)[..., None], p, torch.zeros_like(p))
+    undefined = row_sum <= 0  # statistics of a row no key took part in: P = 0 / 0 (the module docstring)
+    if bool(undefined.any()):
+        note(f"{op}: rows with softmax_sum 0 poisoned")
+        p = torch.where(undefined[..., None], _poison(p.shape, dt, p.device), p)
     n_q, n_kv = q.shape[1], k.shape[1]
     vv = _expand_kv(v, n_q).to(dt)
     kk = _expand_kv(k, n_q).to(dt)
@@ -325,7 +367,7 @@ def _stats_from_layout(op, stat, layout, b, n, s, q_ends=None):
 class _FusionAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, layout):
-        out, row_max, row_sum = _forward_core(q, k, v, mask, scale)
+        out, row_max, row_sum = _forward_core(q, k, v, mask, scale, "npu_fusion_attention")
         ctx.save_for_backward(q, k, v, out, row_max, row_sum)
         ctx.mask, ctx.scale = mask, scale
         ctx.mark_non_differentiable(row_max, row_sum)
@@ -334,7 +376,7 @@ class _FusionAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dmax, _dsum):
         q, k, v, out, row_max, row_sum = ctx.saved_tensors
-        dq, dk, dv = _grad_core(q, k, v, dout, out, row_max, row_sum, ctx.mask, ctx.scale)
+        dq, dk, dv = _grad_core(q, k, v, dout, out, row_max, row_sum, ctx.mask, ctx.scale, "npu_fusion_attention")
         return dq, dk, dv, None, None, None
 
 
@@ -382,10 +424,10 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
             row_sum = _stats_from_layout(op, softmax_sum, input_layout, b, n, s, q_ends)
             out = _to_bnsd(attention_in, input_layout, n)
         else:
-            out, row_max, row_sum = _forward_core(q, k, v, mask, scale)
+            out, row_max, row_sum = _forward_core(q, k, v, mask, scale, op)
         dyb = _to_bnsd(dy, input_layout, q.shape[1])
         if tuple(dyb.shape) != tuple(out.shape):
             refuse(op, f"dy of shape {tuple(dy.shape)} that does not match the attention output")
-        dq, dk, dv = _grad_core(q, k, v, dyb, out, row_max, row_sum, mask, scale)
+        dq, dk, dv = _grad_core(q, k, v, dyb, out, row_max, row_sum, mask, scale, op)
     dpse = torch.empty(0, dtype=query.dtype, device=query.device)
     return _from_bnsd(dq, input_layout), _from_bnsd(dk, input_layout), _from_bnsd(dv, input_layout), dpse

@@ -9,8 +9,14 @@ What it is
 What it is not
 - Not a device: tensors stay CPU tensors (a `device='npu'` keyword or `.to('npu')` lands on the CPU: _device.py,
   a TorchFunctionMode entered at import); `torch.npu` (set on import, as the real package does) reports no device
-  (`is_available()` False), its streams/events are no-ops, `transfer_to_npu` patches nothing.
-- Not the kernels: numerics are fp32 references (no bf16 accumulation, no inner_precise), no dropout, no HCCL.
+  (`is_available()` False), its streams/events are no-ops, `transfer_to_npu` patches nothing. With
+  `PARITY_EMULATED_NPU_CARDS=N` set, `torch.npu` reports N emulated cards (npu/__init__.py; ASCEND_RT_VISIBLE_DEVICES
+  honoured) so that `device: npu` rows (`--parity-device npu`) run on CPU tensors; the C++ accelerator hooks still
+  say unavailable, so torch's accelerator stays the CPU.
+- Not the kernels: numerics are fp32 references (no bf16 accumulation, no inner_precise), no dropout.
+- Not HCCL: the torch.distributed backend 'hccl' it registers (_hccl.py) is gloo behind the checks of what HCCL on
+  Atlas A2/A3 refuses (a float64 reduction, prod on bf16, ...): it raises where the device would fail, and otherwise
+  gives gloo's results.
 - Anything it does not implement is REFUSED: unimplemented arguments raise NotImplementedError
   (`emulation.EmulationRefused`), mask/sparse_mode contract violations raise AssertionError, and unknown
   attributes raise AttributeError, so `hasattr` probes (e.g. MindSpeed's probe for
@@ -23,7 +29,7 @@ PYTHONPATH explicitly.
 import torch
 import torch._dynamo  # imported by the real torch_npu at load (torch_npu/utils/_dynamo.py) to patch it
 
-from . import _C, _attention, _device, _ops, contrib, emulation, npu, utils  # noqa: F401
+from . import _C, _attention, _device, _hccl, _ops, contrib, emulation, npu, utils  # noqa: F401
 from .emulation import EMULATED, call_counts, counted, reset_counts  # noqa: F401 - the public names
 
 # the torch_npu line of verl's current Ascend image (`latest-vllm-910b-ubuntu`, verl docker/ascend/
@@ -66,6 +72,8 @@ if getattr(torch, "npu", None) is not npu:
     torch._register_device_module("npu", npu)
 # device='npu' -> CPU for the rest of the process (_device.py)
 _device.install()
+# the 'hccl' torch.distributed backend, as the real torch_npu registers it at import (_hccl.py)
+_hccl.register()
 
 
 def __getattr__(name):

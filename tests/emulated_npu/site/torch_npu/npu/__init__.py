@@ -1,23 +1,60 @@
 """Emulated `torch_npu.npu` (also installed as `torch.npu`, as the real torch_npu does).
 
-There is no device: tensors stay on CPU. `is_available()` is False and `device_count()` is 0 (the harness reads
-`torch_npu.EMULATED` instead). Streams and events are no-ops, which is exact on CPU, where every op is synchronous.
-`current_device()` returns the index 0, as the real one returns an int: torch FSDP builds
+There is no device: tensors stay on CPU. By default `is_available()` is False and `device_count()` is 0 (the
+harness reads `torch_npu.EMULATED` instead). Streams and events are no-ops, which is exact on CPU, where every op is
+synchronous.
+`current_device()` returns an index, as the real one returns an int: torch FSDP builds
 torch.device('npu', current_device()) for an 'npu' mesh; MindSpeed's `torch.tensor(..., device=
 torch.npu.current_device())` (e.g. ring_context_parallel.py compute_qkv_index) lands on the CPU through _device.py.
 `default_generators` is (torch.default_generator,): MindSpeed's rng-state setter
 (mindspeed/core/megatron_basic/megatron_basic.py _set_cuda_rng_state) indexes it.
+
+Emulated cards: with `PARITY_EMULATED_NPU_CARDS=N` in the environment (N >= 1; the CPU rehearsal of the nightly
+sets it to its runner set's card count), `is_available()` answers True and `device_count()` N, or the number of ids
+`ASCEND_RT_VISIBLE_DEVICES` lists (each below N, as the real runtime numbers the visible cards 0..k-1), so that a
+`device: npu` row runs on CPU tensors over the emulated HCCL group (_hccl.py): set_device checks the index, the
+precision flags `matmul.allow_hf32` / `conv.allow_hf32` exist (False only: the emulation computes fp32 in fp32),
+memory figures are the host process's (its tensors are host tensors: the numbers the CPU lane records). The C++
+accelerator hooks still say unavailable (_device.py), which keeps torch's accelerator, and every tensor, on the CPU.
+Without the variable nothing here changes.
 """
 import contextlib
+import os
+import resource
 
 import torch
 
 from ..emulation import refuse
 from . import memory  # noqa: F401  (torch_npu.npu.memory.*)
 
+#: the environment variable that turns the emulated cards on (module docstring)
+CARDS_ENV = "PARITY_EMULATED_NPU_CARDS"
+VISIBLE_ENV = "ASCEND_RT_VISIBLE_DEVICES"
+
+
+def emulated_cards() -> int:
+    """The number of cards this process sees: 0 without PARITY_EMULATED_NPU_CARDS; N, or the ids
+    ASCEND_RT_VISIBLE_DEVICES lists (refused when one is not below N, repeats, or is not an int)."""
+    value = os.environ.get(CARDS_ENV, "").strip()
+    if not value:
+        return 0
+    if not value.isdigit() or int(value) < 1:
+        refuse("npu", f"{CARDS_ENV}={value!r} (a positive card count)")
+    total = int(value)
+    visible = os.environ.get(VISIBLE_ENV)
+    if visible is None:
+        return total
+    ids = [item.strip() for item in visible.split(",")]
+    if not all(item.isdigit() and int(item) < total for item in ids) or len(set(ids)) != len(ids):
+        refuse("npu", f"{VISIBLE_ENV}={visible!r} with {CARDS_ENV}={total} (distinct card ids below {total})")
+    return len(ids)
+
+
+_CURRENT = [0]
+
 
 def is_available():
-    return False
+    return emulated_cards() > 0
 
 
 def is_initialized():
@@ -29,14 +66,30 @@ def init():
 
 
 def device_count():
-    return 0
+    return emulated_cards()
 
 
 def current_device():
-    return 0
+    return _CURRENT[0]
+
+
+def _index(device) -> int:
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "npu":
+            refuse("npu.set_device", f"device {device!r}")
+        return device.index if device.index is not None else _CURRENT[0]
+    return int(device)
 
 
 def set_device(device):
+    if not emulated_cards():
+        return None
+    index = _index(device)
+    if not 0 <= index < emulated_cards():
+        refuse("npu.set_device", f"card {index} of {emulated_cards()} emulated cards")
+    _CURRENT[0] = index
     return None
 
 
@@ -66,6 +119,28 @@ def manual_seed_all(seed):
     manual_seed(seed)
 
 
+class _Hf32Flag:
+    """`torch.npu.matmul` / `torch.npu.conv`: `allow_hf32` (HF32, Ascend's TF32; torch_npu API reference
+    torch_npu.npu.matmul.allow_hf32 / torch_npu.npu.conv.allow_hf32). The emulation computes fp32 in fp32, so only
+    False is emulated; True is refused rather than pretended."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def allow_hf32(self) -> bool:
+        return False
+
+    @allow_hf32.setter
+    def allow_hf32(self, value: bool) -> None:
+        if value:
+            refuse(f"npu.{self._name}.allow_hf32", "HF32 (the emulation computes fp32 in fp32)")
+
+
+matmul = _Hf32Flag("matmul")
+conv = _Hf32Flag("conv")
+
+
 class _Generators(tuple):
     """(torch.default_generator,), also indexed by what `current_device()` returns here (torch.device('cpu')):
     MindSpeed indexes it with `torch.cuda.current_device()`, which the CPU shim of the Megatron engine answers
@@ -76,6 +151,8 @@ class _Generators(tuple):
             if index.type != "cpu":
                 refuse("npu.default_generators", f"index {index!r}")
             index = 0
+        if isinstance(index, int) and 0 < index < emulated_cards():
+            index = 0  # every emulated card draws from the one CPU generator
         return super().__getitem__(index)
 
 
@@ -92,28 +169,41 @@ def device(dev):
     yield
 
 
-# --- memory: there is no device memory ----------------------------------------------------------------------------
+# --- memory: there is no device memory; emulated cards report the host process's -----------------------------
+def _host_bytes() -> int:
+    with open("/proc/self/statm") as statm:  # resident pages, second field
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _host_peak_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def memory_allocated(device=None):
-    return 0
+    return _host_bytes() if emulated_cards() else 0
 
 
 def max_memory_allocated(device=None):
-    return 0
+    return _host_peak_bytes() if emulated_cards() else 0
 
 
 def memory_reserved(device=None):
-    return 0
+    return memory_allocated(device)
 
 
 def max_memory_reserved(device=None):
-    return 0
+    return max_memory_allocated(device)
 
 
 def reset_max_memory_allocated(device=None):
+    if emulated_cards():  # the host's peak resident set cannot be reset
+        refuse("npu.reset_max_memory_allocated", "resetting the peak on emulated cards")
     return None
 
 
 def reset_peak_memory_stats(device=None):
+    if emulated_cards():
+        refuse("npu.reset_peak_memory_stats", "resetting the peak on emulated cards")
     return None
 
 

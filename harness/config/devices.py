@@ -76,7 +76,7 @@ def apply_precision_flags(device: str) -> None:
             raise RuntimeError(f"torch.{path} does not exist here; cannot set it to {value}")
         setattr(target, attr, value)
 
-CPU_MAX_RANKS = int(os.environ.get("PARITY_CPU_MAX_RANKS", "16"))
+CPU_MAX_RANKS = int(os.environ.get("PARITY_CPU_MAX_RANKS") or "16")  # empty reads as unset, as every variable
 
 
 def availability(device: str) -> tuple[int, str | None]:

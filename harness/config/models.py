@@ -81,9 +81,23 @@ def is_tiny(model: str) -> bool:
     return model in TINY_MODELS
 
 
+_VARIABLE = re.compile(r"\$(\w+)|\$\{([^}]*)\}")
+"""$NAME or ${NAME}, as os.path.expandvars reads them."""
+
+
 def expand_model_path(model: str) -> str:
-    """Expand $VARS and ~ in a checkpoint path; tiny names pass through."""
-    return model if is_tiny(model) else os.path.expanduser(os.path.expandvars(model))
+    """Expand $VARS and ~ in a checkpoint path; tiny names pass through. A variable that is unset OR EMPTY stays
+    unexpanded: a workflow's `${{ vars.X }}` of an unset repository variable is "", and Path("") is the working
+    directory, which would pass for a checkpoint (unexpanded_variables says which and why)."""
+    if is_tiny(model):
+        return model
+    return os.path.expanduser(_VARIABLE.sub(lambda m: os.environ.get(m.group(1) or m.group(2)) or m.group(0), model))
+
+
+def unexpanded_variables(expanded: str) -> list[str]:
+    """The variables left in an expand_model_path result, each as 'NAME is empty' or 'NAME is not set'."""
+    names = [m.group(1) or m.group(2) for m in _VARIABLE.finditer(expanded)]
+    return [f"{name} is empty" if name in os.environ else f"{name} is not set" for name in dict.fromkeys(names)]
 
 
 def tiny_config_dict(name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from parity.harness.config import devices
 from parity.harness.config.errors import ScenarioError
 from parity.harness.config.memory import plan_for
-from parity.harness.config.models import expand_model_path, is_tiny, model_shape
+from parity.harness.config.models import expand_model_path, is_tiny, model_shape, unexpanded_variables
 from parity.harness.config.paths import RECORD
 from parity.harness.config.registry import check_environment as check_spec_environment
 from parity.harness.config.registry import (
@@ -151,9 +151,10 @@ def missing_golden(scenario: Scenario) -> str | None:
     given = scenario.reference.removeprefix("golden:")
     expanded = expand_model_path(given)
     golden = Path(expanded)
-    if "$" not in expanded and (golden / RECORD).is_file():
+    unset = unexpanded_variables(expanded)
+    if not unset and (golden / RECORD).is_file():
         return None
-    where = "its directory variable is not set" if "$" in expanded else f"{golden} has no {RECORD}"
+    where = f"its directory variable {', '.join(unset)}" if unset else f"{golden} has no {RECORD}"
     run_id = golden.name.replace("__", "/")
     return (f"golden reference {given} is not recorded ({where}): record it on a CUDA runner with `parity golden "
             f"record {GOLDENS_FILE} -k '{run_id}' --device cuda --out goldens` ({GOLDENS_WORKFLOW}, "
@@ -178,9 +179,8 @@ def model_path_problem(model: str) -> str | None:
     if is_tiny(model):
         return None
     expanded = expand_model_path(model)
-    if "$" in expanded:
-        unset = [v.strip("${}") for v in expanded.split("/") if v.startswith("$")]
-        return f"model path {model}: environment variable {', '.join(unset)} is not set"
+    if unset := unexpanded_variables(expanded):
+        return f"model path {model}: environment variable {', '.join(unset)}"
     if not Path(expanded).is_dir():
         return f"model path {model} (expanded: {expanded}) is not a directory"
     return None

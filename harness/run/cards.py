@@ -14,7 +14,8 @@ from typing import IO
 from parity.harness.config.devices import DEVICE_KINDS
 from parity.harness.contract.schema import Layout
 
-DEFAULT_LOCK_DIR = Path(os.environ.get("PARITY_CARD_LOCK_DIR", "/tmp/parity-cards"))
+# `or`: an empty value (a workflow expression of an unset variable) would be Path(""), the working directory
+DEFAULT_LOCK_DIR = Path(os.environ.get("PARITY_CARD_LOCK_DIR") or "/tmp/parity-cards")
 
 
 class Oversubscribed(ValueError):

@@ -117,7 +117,7 @@ def test_a_golden_not_recorded_skips_naming_it_and_the_command_that_records_it(t
     assert validate.skip_reason(row, golden=False) is None  # what --require still demands of the row
     monkeypatch.delenv("PARITY_GOLDEN_DIR", raising=False)
     unset = row.model_copy(update={"reference": "golden:$PARITY_GOLDEN_DIR/qwen3-8b__fsdp2__dp8__bf16__cuda"})
-    assert "its directory variable is not set" in validate.skip_reason(unset)
+    assert "its directory variable PARITY_GOLDEN_DIR is not set" in validate.skip_reason(unset)
     golden.mkdir()
     (golden / "record.json").write_text("{}")  # recorded: the row runs (its content is judged when read)
     assert validate.skip_reason(row) is None

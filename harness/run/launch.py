@@ -4,7 +4,8 @@ Two launchers, one rank body (`parity.harness.run.worker.run_rank`):
 - `ForkedLauncher` (default on one node): ranks are forked from a forkserver that imported torch,
   transformers (and megatron.core) ONCE, so a scenario costs a fork, not an interpreter start
   (benchmarks/launch_overhead.py). The rendezvous is a TCPStore the parent binds on port 0: no fixed port, no race.
-- `TorchrunLauncher` (multi-node, or `--launcher torchrun`): one torchrun per node with c10d rendezvous.
+- `TorchrunLauncher` (multi-node, or `--launcher torchrun`): one torchrun per node, static or c10d rendezvous; a
+  multi-node launch pins the ranks' sockets to this node's interface toward the master (`node_interface`).
 A rank that fails ends the run at once (its peers are killed, not left in a collective), and the error names the
 rank that died first (parity.harness.run.deaths); a run past its timeout is killed with every process of its
 process groups. Ranks die with the harness even when it is killed with -9 (a parent-death signal).
@@ -21,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -55,6 +56,102 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+#: The variables that pin a multi-node run's sockets to one interface of each node: HCCL's host-side socket (its
+#: rendezvous between nodes) takes HCCL_IF_IP over HCCL_SOCKET_IFNAME (CANN's environment-variable reference); gloo,
+#: which verl's ranks also initialise beside hccl (verl/utils/distributed.py: "cpu:gloo,npu:hccl"), takes
+#: GLOO_SOCKET_IFNAME. verl's Ascend multi-node guide has the user export the interface that reaches the master
+#: by hand on every node (verl: docs/ascend_tutorial/model_support/examples/multi-machine_task_startup_practice.rst,
+#: `ip route get "$MASTER_ADDR"`); the launcher derives it instead, and sets them on every device (inert off the NPU,
+#: so the CPU rehearsal's agents carry exactly what an NPU node's do).
+INTERFACE_VARS = ("HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+NODE_IFNAME = "PARITY_NODE_IFNAME"
+"""The runner's choice of interface for this node; wins over the route to the master."""
+
+
+class InterfaceError(ValueError):
+    """This node's interface toward the master cannot be found: the run is refused, naming what to set."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInterface:
+    name: str
+    address: str | None
+    """Its address toward the master (None: it has none of the master's address family)."""
+    how: str
+    env: dict[str, str]
+    """What the launcher adds for the ranks: only variables the runner left unset."""
+    kept: dict[str, str]
+    """The runner's own values of INTERFACE_VARS, passed on as they are."""
+
+    def describe(self) -> str:
+        added = " ".join(f"{k}={v}" for k, v in self.env.items()) or "nothing"
+        kept = f"; kept from the runner: {' '.join(f'{k}={v}' for k, v in self.kept.items())}" if self.kept else ""
+        return f"interface {self.name} ({self.how}): sets {added}{kept}"
+
+
+def _addresses() -> dict[str, list[str]]:
+    """Every interface's IPv4 and IPv6 addresses, scope suffixes dropped (psutil: a dependency already; the
+    standard library has no portable listing, and SIOCGIFADDR gives one IPv4 address per interface)."""
+    import psutil
+
+    families = (socket.AF_INET, socket.AF_INET6)
+    return {name: [a.address.split("%")[0] for a in addrs if a.family in families]
+            for name, addrs in psutil.net_if_addrs().items()}
+
+
+def route_source(master_addr: str, port: int) -> str:
+    """This host's address on its route to the master. Connecting a UDP socket sends nothing; the kernel picks
+    the source address its routing table would. Unlike `ip route get` (verl's guide), which answers `dev lo` on
+    the master itself, this gives the master its own address on the interface the other nodes reach."""
+    try:
+        infos = socket.getaddrinfo(master_addr, port or 9, type=socket.SOCK_DGRAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InterfaceError(f"cannot resolve the master address {master_addr!r} ({exc})") from None
+    family, _, _, _, sockaddr = infos[0]
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect(sockaddr)
+            return sock.getsockname()[0].split("%")[0]
+    except OSError as exc:
+        raise InterfaceError(f"no route from this host to the master {master_addr} ({exc.strerror or exc})") from None
+
+
+def _plain_name(value: str | None) -> str | None:
+    """A single interface name (HCCL_SOCKET_IFNAME also takes prefix lists and `=` / `^=` forms, which name no one
+    interface)."""
+    return value if value and re.fullmatch(r"[\w.:@-]+", value) else None
+
+
+def node_interface(master_addr: str, port: int, environ: Mapping[str, str] = os.environ) -> NodeInterface:
+    """The interface this node's ranks use toward the master, and the INTERFACE_VARS the launcher adds for them.
+    The interface is PARITY_NODE_IFNAME, else the one the runner named in HCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME,
+    else the one holding this host's source address toward the master. A variable the runner set is never
+    replaced, and HCCL_IF_IP is not added beside a runner's HCCL_SOCKET_IFNAME pattern (it would override it)."""
+    kept = {k: environ[k] for k in INTERFACE_VARS if environ.get(k)}
+    addresses = _addresses()
+    named = [(NODE_IFNAME, environ.get(NODE_IFNAME))] + [(k, _plain_name(kept.get(k))) for k in INTERFACE_VARS[1:]]
+    source = route_source(master_addr, port)
+    how, name = next(((f"{var}={value}", value) for var, value in named if value), (None, None))
+    if name is None:
+        name = next((n for n, addrs in addresses.items() if source in addrs), None)
+        if name is None:
+            raise InterfaceError(f"this host's address toward the master {master_addr} ({source}) is on no "
+                                 f"interface here ({', '.join(addresses)}): set {NODE_IFNAME}")
+        how = f"the route to {master_addr}"
+    elif name not in addresses:
+        raise InterfaceError(f"{how}: no such interface here (there are {', '.join(addresses)})")
+    family = socket.AF_INET6 if ":" in source else socket.AF_INET
+    own = [a for a in addresses[name] if (":" in a) == (family == socket.AF_INET6)]
+    address = source if source in addresses[name] else (own[0] if own else None)
+    env = {var: name for var in INTERFACE_VARS[1:] if var not in kept}
+    if "HCCL_IF_IP" not in kept and (_plain_name(kept.get("HCCL_SOCKET_IFNAME")) or "HCCL_SOCKET_IFNAME" not in kept):
+        if address is None:
+            raise InterfaceError(f"interface {name} ({how}) has no address of the master's family "
+                                 f"({master_addr}): set HCCL_IF_IP or {NODE_IFNAME}")
+        env = {"HCCL_IF_IP": address, **env}
+    return NodeInterface(name, address, how, env, kept)
 
 
 def _kill_group(pid: int | None) -> None:
@@ -338,9 +435,19 @@ class TorchrunLauncher:
         started = time.perf_counter()
         procs = []
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(job.visible_devices or {})}
+        header = ""
+        if layout.nodes > 1:  # a single-node run talks over loopback and the card links: nothing to pin
+            try:
+                interface = node_interface(self.master_addr, port, env)
+            except InterfaceError as exc:
+                return LaunchResult("error", 0.0, f"refused to launch: {exc}")
+            env |= interface.env
+            header = f"parity: {interface.describe()}\n"
         watch = _RankWatch(record_dir)
         for node in nodes:
             log = open(record_dir / f"node{node}.log", "w")  # noqa: SIM115 - closed with the process
+            log.write(header)
+            log.flush()
             procs.append((subprocess.Popen(commands[node], stdout=log, stderr=subprocess.STDOUT, env=env,
                                            start_new_session=True, preexec_fn=_term_with_parent()), log))
         try:

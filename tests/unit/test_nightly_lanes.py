@@ -1,5 +1,6 @@
 """Every Ascend lane of the nightly workflow starts no more ranks than its runner set has cards (verl's runner-set
-names end with the card count of their one node), and a planted lane that would is caught; tox passes every
+names end with the card count of their one node), and a planted lane that would is caught; a row spanning two nodes
+is on no lane of one runner and fits two of verl's 8-card nodes; tox passes every
 model-path variable the scenario files use; a device lane installs the harness without a package index and checks
 what it installed. The lanes are read by the workflow linter's own parser (ci/lint_workflows.py lanes)."""
 
@@ -36,13 +37,20 @@ check_install = _ci_module("check_install")
 
 
 def overfull(workflow: dict) -> list[str]:
-    """'job/scenario: N ranks > C cards' for every scenario a lane would start on too few cards."""
+    """'job/scenario: N ranks > C cards' for every scenario a lane would start on too few cards, and 'needs N
+    runners' for one spanning nodes: a lane is one runner running `ci/nightly.sh npu` without --node-rank, where the
+    runner refuses a multi-node row (harness/run/cards.py host_ranks)."""
     problems = []
     for lane in lint_workflows.lanes(workflow):
         job, runner, cards = lane.job, lane.runner, int(lane.runner.rsplit("-", 1)[-1])
         for path in lane.files:
             for scenario in load_file(ROOT / path):
                 if not matches(lane.markers, " ".join(scenario.marks)):
+                    continue
+                if scenario.layout.nodes > 1:
+                    problems.append(f"{job}/{scenario.id}: spans {scenario.layout.nodes} nodes, so it needs "
+                                    f"{scenario.layout.nodes} runners (one `parity run --node-rank N` each); the "
+                                    f"lane is one {runner}")
                     continue
                 try:
                     ranks = host_ranks(scenario.layout, None, "npu")
@@ -74,7 +82,65 @@ def test_a_two_node_row_on_one_runner_is_caught(tmp_path, monkeypatch):
     (tmp_path / "scenarios" / "ascend_nightly.yaml").write_text(planted)
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     problems = overfull(yaml.safe_load(NIGHTLY.read_text()))
-    assert any("no --node-rank was given" in p for p in problems)
+    assert "ascend/qwen3-30b-a3b/fsdp2/dp16-2nodes/bf16/npu: spans 2 nodes, so it needs 2 runners (one `parity run " \
+           "--node-rank N` each); the lane is one linux-aarch64-a3-16" in problems
+
+
+A2B3_CARDS = 8
+"""Cards of one of verl's linux-aarch64-a2b3-8 nodes: what each node of a two-node row may use."""
+
+
+def two_node_problems(scenarios: list) -> list[str]:
+    """A row spanning nodes is a `nodes2` row of two nodes, `-k 2nodes` selects it, each node's ranks fit an a2b3-8
+    node, and it is not `nightly` (every one-runner lane selects `nightly and ...`)."""
+    problems = []
+    for scenario in scenarios:
+        lay, marks = scenario.layout, set(scenario.marks)
+        if lay.nodes == 1:
+            continue
+        if lay.nodes != 2 or "nodes2" not in marks or "2nodes" not in scenario.id:
+            problems.append(f"{scenario.id}: {lay.nodes} nodes, marks {sorted(marks)}: a two-node row is marked "
+                            "nodes2 and selected by -k 2nodes")
+        if lay.ranks_per_node > A2B3_CARDS:
+            problems.append(f"{scenario.id}: {lay.ranks_per_node} ranks per node > {A2B3_CARDS} cards of an "
+                            "a2b3-8 node")
+        if "nightly" in marks:
+            problems.append(f"{scenario.id}: marked nightly, so a one-runner lane selects it")
+    return problems
+
+
+def _planted(tmp_path, monkeypatch, text: str) -> list:
+    (tmp_path / "scenarios").mkdir(exist_ok=True)
+    (tmp_path / "scenarios" / "ascend_nightly.yaml").write_text(text)
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    return load_file(tmp_path / "scenarios" / "ascend_nightly.yaml")
+
+
+def test_the_two_node_rows_fit_two_a2b3_8_nodes_and_no_single_runner_lane():
+    scenarios = load_file(ROOT / "scenarios" / "ascend_nightly.yaml")
+    two = [s for s in scenarios if s.layout.nodes > 1]
+    assert len(two) >= 2 and {s.strategy for s in two} >= {"fsdp2", "megatron"}
+    assert [s.id for s in scenarios if "2nodes" in s.id] == [s.id for s in two]
+    assert two_node_problems(scenarios) == []
+
+
+def test_a_two_node_row_marked_nightly_or_too_wide_is_caught(tmp_path, monkeypatch):
+    text = (ROOT / "scenarios" / "ascend_nightly.yaml").read_text()
+    block = text.index("# ---- two nodes")
+    # planted: the tiny rows marked nightly: the a2b3-8 lanes (both stacks) would start them on one runner
+    nightly = text[:block] + text[block:].replace("marks: [npu, nodes2]", "marks: [nightly, npu, nodes2]", 1)
+    scenarios = _planted(tmp_path, monkeypatch, nightly)
+    tiny = ["tiny-qwen3/fsdp2/dp4-2nodes/fp32/npu", "tiny-qwen3/megatron/tp2-pp2-2nodes/fp32/npu",
+            "tiny-qwen3/mindspeed_megatron/tp2-pp2-2nodes/fp32/npu"]
+    assert two_node_problems(scenarios) == [f"{i}: marked nightly, so a one-runner lane selects it" for i in tiny]
+    caught = overfull(yaml.safe_load(NIGHTLY.read_text()))
+    assert {p.split(": ")[0] for p in caught} == {f"ascend/{i}" for i in tiny}
+    assert all("spans 2 nodes, so it needs 2 runners" in p for p in caught)
+    # planted: 16 ranks per node, wider than an a2b3-8 node
+    wide = text[:block] + text[block:].replace("layout: {dp: 4, nodes: 2}", "layout: {dp: 32, nodes: 2}", 1)
+    wide = wide[:block] + wide[block:].replace("workload: *tiny", "workload: {<<: *tiny, batch_size: 32}", 1)
+    assert two_node_problems(_planted(tmp_path, monkeypatch, wide)) == [
+        "tiny-qwen3/fsdp2/dp32-2nodes/fp32/npu: 16 ranks per node > 8 cards of an a2b3-8 node"]
 
 
 def _strings(node: object) -> list[str]:

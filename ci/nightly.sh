@@ -26,8 +26,9 @@
 #              PARITY_WHEELHOUSE npu: the wheelhouse the lane installs from, with no package index (default:
 #                                wheelhouse/, the workflow's parity-wheelhouse artifact built by ci/wheelhouse.sh)
 # On npu (and where PARITY_REQUIRE=1) every row the lane selects must run (--parity-require FILE): a row that would
-# SKIP (a model path unset, a package missing from the image) is an ERROR. Fails when pytest fails, collects nothing, or skips every scenario:
-# a nightly that ran nothing must not be green.
+# SKIP (a model path unset or empty, a package missing from the image) is an ERROR. Fails when pytest fails,
+# collects nothing, or skips every scenario, and when any row's golden is absent ("no golden: N rows of lane LANE
+# not run", first in the summary): a nightly that ran nothing, or ran against nothing, must not be green.
 set -euo pipefail
 usage="usage: ci/nightly.sh npu|cpu LANE"
 device=${1:?$usage}
@@ -129,6 +130,7 @@ ${#host_ports[@]}, PARITY_HCCL_NPU_PORTS ${#npu_ports[@]}"
 fi
 rm -rf "$out"
 mkdir -p "$out"
+export PARITY_LANE=$lane # the reports name the lane where rows await a golden (reports/publish.py)
 
 # One pytest per worker, each a shard of the lane with its own out dir and HCCL port ranges; pipefail: the status
 # is pytest's, not tee's (verl's nightly lost crashes exactly here).
@@ -179,13 +181,17 @@ fi
 
 if [ "$rc" -eq 5 ]; then
   fail "pytest collected no scenarios (exit 5) from ${files[*]} with -m '$markers' -k '$select'"
-elif [ "$rc" -ne 0 ]; then
-  fail "pytest exited with $rc"
 fi
-python - "$out" <<'PY' || fail "every collected scenario was SKIPPED, nothing ran (the skip reasons are in pytest.log)"
+# What the rows did (junit.xml): a row whose golden is absent ran against nothing, SKIP or (required) ERROR, and
+# fails the lane naming itself first (exit 3, its line last); a lane that skipped every row fails too (exit 1).
+rows_rc=0
+rows=$(python - "$out" "$lane" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from parity.harness.config.validate import NO_GOLDEN
+from parity.reports.table import no_golden_line
 
 tests = skipped = awaiting = 0
 for junit in Path(sys.argv[1]).glob("**/junit.xml"):
@@ -193,12 +199,21 @@ for junit in Path(sys.argv[1]).glob("**/junit.xml"):
     for suite in [root] if root.tag == "testsuite" else root.findall("testsuite"):
         tests += int(suite.get("tests", 0))
         skipped += int(suite.get("skipped", 0))
-        # a row whose golden is not recorded yet waits for goldens.yml (harness/config/validate.py missing_golden)
-        awaiting += sum("is not recorded" in (s.get("message") or "") for s in suite.iter("skipped"))
-print(f"junit: {tests} collected, {skipped} skipped ({awaiting} awaiting a golden), {tests - skipped} ran")
-if tests and tests == skipped == awaiting:
-    print("::warning title=goldens::every row of this lane awaits a golden: record them (.github/workflows/"
-          "goldens.yml) and pin the release (PARITY_GOLDENS_TAG, PARITY_GOLDENS_SHA256)")
-    sys.exit(0)
+        # harness/config/validate.py missing_golden: the reason of a SKIP, or of a required row's ERROR (a failure)
+        awaiting += sum(any(f"{NO_GOLDEN}: " in (o.get("message") or "") + (o.text or "") for o in case
+                            if o.tag in ("skipped", "failure", "error")) for case in suite.iter("testcase"))
+print(f"junit: {tests} collected, {skipped} skipped, {awaiting} without their golden, {tests - skipped} ran")
+if awaiting:
+    print(no_golden_line(awaiting, sys.argv[2]))
+    sys.exit(3)
 sys.exit(0 if tests > skipped else 1)
 PY
+) || rows_rc=$?
+printf '%s\n' "$rows"
+if [ "$rows_rc" -eq 3 ]; then
+  fail "${rows##*$'\n'} (pytest exit $rc)"
+elif [ "$rc" -ne 0 ]; then
+  fail "pytest exited with $rc"
+elif [ "$rows_rc" -ne 0 ]; then
+  fail "every collected scenario was SKIPPED, nothing ran (the skip reasons are in pytest.log)"
+fi

@@ -107,10 +107,9 @@ class Runner:
 
     def _run_scenario(self, scenario: Scenario) -> Verdict:
         reason = skip_reason(scenario)
-        if self.options.required(scenario) and broken_here(scenario) is None and (
-                must := skip_reason(scenario, golden=False)):
+        if reason and self.options.required(scenario) and broken_here(scenario) is None:
             return Verdict(scenario.id, "ERROR", [f"required to run here (--require {scenario.source}) but it would "
-                                                  f"SKIP: {must}"], info=scenario_info(scenario))
+                                                  f"SKIP: {reason}"], info=scenario_info(scenario))
         if reason:
             return skipped(scenario, reason)
         if not self.options.judges:

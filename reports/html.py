@@ -23,6 +23,8 @@ from parity.reports.table import (
     FULL,
     SEVERITY,
     counts,
+    no_golden,
+    no_golden_line,
     reasons_block,
     skip_groups,
     summary_line,
@@ -68,6 +70,7 @@ section.PASS details summary { font-weight: normal; }
 .count { font-size: 20px; font-weight: 600; padding: 0.2em 0.7em; border-radius: 4px; }
 .count.PASS { background: #c8efc8; } .count.FAIL { background: #f5b7b1; } .count.ERROR { background: #f8c471; }
 .count.SKIP { background: #e5e7e9; } .count.WARN { background: #f9e79f; }
+#no-golden { flex-basis: 100%; }
 #failures ul, #changes ul { margin: 0.3em 0; padding-left: 1.2em; }
 #failures li { margin: 0.2em 0; }
 table.heatmap { margin: 0.4em 0 0.8em; }
@@ -161,16 +164,20 @@ def log_block(result: dict[str, Any], lines: int | None = None) -> str:
 
 
 
-def overview(results: list[dict[str, Any]], wall_s: float | None, provenance: Provenance | None = None) -> str:
-    """The top of the page: verdict counts, what ran and what changed since the previous night, what did not pass
-    (each a link to its section) with its first reasons and an ERROR's rank log, the heat map of headroom, and the
-    SKIPs grouped by reason."""
+def overview(results: list[dict[str, Any]], wall_s: float | None, provenance: Provenance | None = None,
+             lane: str | None = None) -> str:
+    """The top of the page: the rows not run for want of a golden (naming `lane`), verdict counts, what ran and
+    what changed since the previous night, what did not pass (each a link to its section) with its first reasons
+    and an ERROR's rank log, the heat map of headroom, and the SKIPs grouped by reason."""
     tally = counts(results)
     warned = sum(1 for r in results if r["verdict"] == "PASS" and r.get("warnings"))
     badges = "".join(f'<span class="count {v}" data-verdict="{v}">{tally.get(v, 0)} {v}</span>'
                      for v in ("FAIL", "ERROR", "PASS", "SKIP"))
     if warned:
         badges += f'<span class="count WARN" data-verdict="WARN">{warned} WARN</span>'
+    if missing := no_golden(results):  # first: such a night ran less than it shows, and is not green
+        badges = (f'<div id="no-golden" class="count ERROR">{html.escape(no_golden_line(len(missing), lane))}</div>'
+                  + badges)
     parts = [f'<div id="counts">{badges}<span>{html.escape(summary_line(results, wall_s))}</span></div>']
     if block := provenance_block(provenance):
         parts.append(block)
@@ -233,13 +240,14 @@ def scenario_section(result: dict[str, Any], trend: str | None = None, figure: s
 def render(results: list[dict[str, Any]], wall_s: float | None = None, title: str = "Parity results",
            trends: dict[str, str] | None = None, drift: list[str] | None = None,
            figures: list[str | None] | None = None, provenance: Provenance | None = None,
-           side_files: dict[str, bytes] | None = None) -> str:
+           side_files: dict[str, bytes] | None = None, lane: str | None = None) -> str:
     """The page. `trends`: run id -> trend PNG; `drift`: one line per flagged change (reports/history.py);
     `figures`: each result's scenario figure when drawn already (reports/early_figures.py), else drawn here;
     `provenance`: what ran and what changed since the previous night (reports/provenance.py); `side_files`: when
-    given, PASS rows' figures go into it (relative path -> PNG bytes, for `write`) instead of into the page."""
+    given, PASS rows' figures go into it (relative path -> PNG bytes, for `write`) instead of into the page;
+    `lane`: the nightly lane the results are of, named where rows await a golden."""
     trends = trends or {}
-    body = [f"<h1>{html.escape(title)}</h1>", overview(results, wall_s, provenance)]
+    body = [f"<h1>{html.escape(title)}</h1>", overview(results, wall_s, provenance, lane)]
     if drift:
         body += ["<h2>Changes over history</h2>", "<ul>",
                  *(f'<li class="reason">{html.escape(line)}</li>' for line in drift), "</ul>"]

@@ -16,6 +16,8 @@ from parity.reports.table import (
     ERRORS,
     SPEED,
     counts,
+    no_golden,
+    no_golden_line,
     overhead_line,
     parity_table,
     reasons_block,
@@ -41,8 +43,12 @@ def _folded(summary: str, body: str) -> list[str]:
 
 
 def render(results: list[dict[str, Any]], wall_s: float | None = None, title: str = "Parity results",
-           provenance: Provenance | None = None) -> str:
-    lines = [f"## {title}", "", badge_line(results), "", summary_line(results, wall_s), ""]
+           provenance: Provenance | None = None, lane: str | None = None) -> str:
+    """`lane`: the nightly lane the results are of, named where rows await a golden."""
+    lines = [f"## {title}", ""]
+    if missing := no_golden(results):  # first: such a night ran less than it shows, and is not green
+        lines += [f"> ⛔ **{no_golden_line(len(missing), lane)}**", ""]
+    lines += [badge_line(results), "", summary_line(results, wall_s), ""]
     if provenance is not None:
         lines += [f"- {line.strip()}" for line in provenance.lines()] + [""]
     by_id = {r["id"]: r for r in results}

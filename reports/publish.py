@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -33,8 +34,10 @@ def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None =
             history: tuple[Path, ...] = ()) -> Path:
     """Terminal table, OUT/summary.md, OUT/report.html (unless page=False), and $GITHUB_STEP_SUMMARY when set,
     each opening on what ran and (with `history`, earlier runs' out dirs) what changed since the latest of them.
-    `early`: the figures the run drew as its results came. Returns the summary path."""
+    `early`: the figures the run drew as its results came. Returns the summary path. $PARITY_LANE (ci/nightly.sh
+    exports its LANE) names the lane on the first screen where rows await a golden."""
     stream = stream or sys.stdout
+    lane = os.environ.get("PARITY_LANE") or None
     results = with_bisections(results, out_dir)
     runs = None
     if history:
@@ -43,7 +46,7 @@ def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None =
         runs = load_runs(list(history))
     provenance = night_provenance(results, runs)
     print_report(results, wall_s, stream, provenance)
-    text = render(results, wall_s, provenance=provenance)
+    text = render(results, wall_s, provenance=provenance, lane=lane)
     path = write_summary(out_dir, text)
     append_step_summary(text)
     where = f"summary: {path}  results: {out_dir / RESULTS}"
@@ -51,7 +54,7 @@ def publish(out_dir: Path, results: list[dict[str, Any]], wall_s: float | None =
         figures = early.figures(results) if early is not None else None
         side_files: dict[str, bytes] = {}
         page_html = html.render(results, wall_s, trends=trends, drift=drift, figures=figures, provenance=provenance,
-                                side_files=side_files)
+                                side_files=side_files, lane=lane)
         where += f"  report: {html.write(out_dir, page_html, side_files)}"
     print(where, file=stream)
     return path

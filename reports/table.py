@@ -14,6 +14,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from parity.harness.config.validate import GOLDENS_WORKFLOW, NO_GOLDEN
+
 #: the order non-passing verdicts are listed in (worst first); PASS last
 SEVERITY = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
 
@@ -169,6 +171,18 @@ def skip_groups(results: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         if r["verdict"] == "SKIP":
             groups.setdefault("; ".join(r.get("reasons") or []) or "no reason given", []).append(r["id"])
     return sorted(groups.items(), key=lambda item: -len(item[1]))
+
+
+def no_golden(results: list[dict[str, Any]]) -> list[str]:
+    """Ids of the rows that did not run because their golden is absent: SKIP, or ERROR under --require."""
+    return [r["id"] for r in results if r["verdict"] in ("SKIP", "ERROR")
+            and any(f"{NO_GOLDEN}: " in reason for reason in r.get("reasons") or [])]
+
+
+def no_golden_line(count: int, lane: str | None = None) -> str:
+    """What a night whose goldens are absent says first (the reports' first screen, ci/nightly.sh's failure)."""
+    rows = f"{count} row{'' if count == 1 else 's'}" + (f" of lane {lane}" if lane else "")
+    return f"{NO_GOLDEN}: {rows} not run; record with {GOLDENS_WORKFLOW} and pin PARITY_GOLDENS_TAG"
 
 
 def counts(results: list[dict[str, Any]]) -> Counter[str]:

@@ -110,11 +110,10 @@ def spec_errors(scenario: Scenario, spec: EngineSpec) -> list[tuple[str, str]]:
     return errors
 
 
-def skip_reason(scenario: Scenario, *, golden: bool = True) -> str | None:
+def skip_reason(scenario: Scenario) -> str | None:
     """Why this scenario cannot run here (None = it can). Never an error: an Ascend scenario on a CPU box
-    is collected and skipped, saying what is missing. `golden=False` leaves out a golden reference not recorded
-    yet: a run that requires its rows (--require) still skips those rather than erroring, since recording a golden
-    needs another machine (missing_golden)."""
+    is collected and skipped, saying what is missing. A golden reference not recorded yet is one such reason
+    (missing_golden); a run that requires its rows (--require) errors on it as on any other."""
     if scenario.broken:
         return f"marked broken: {scenario.broken}"
     missing = []
@@ -133,7 +132,7 @@ def skip_reason(scenario: Scenario, *, golden: bool = True) -> str | None:
         return f"marked broken on this stack: {defect}"
     if missing and (problem := model_path_problem(scenario.model)):
         missing.append(problem)
-    if golden and (problem := missing_golden(scenario)):
+    if problem := missing_golden(scenario):
         missing.append(problem)
     return "; ".join(missing) or None
 
@@ -143,9 +142,14 @@ GOLDENS_FILE = "scenarios/goldens.yaml"
 GOLDENS_WORKFLOW = ".github/workflows/goldens.yml"
 
 
+NO_GOLDEN = "no golden"
+"""How a reason for a row whose golden is absent begins: the reports and ci/nightly.sh count these rows (a night
+that ran them against nothing must say so on its first screen, and not be green)."""
+
+
 def missing_golden(scenario: Scenario) -> str | None:
-    """A `golden:` reference whose record.json is absent: the row SKIPs naming the golden and the command that
-    records it (one absent golden must not stop the other rows of a night, nor ERROR its own)."""
+    """A `golden:` reference whose record.json is absent: the row SKIPs (under --require, ERRORs) naming the golden
+    and the command that records it; the other rows of the night run."""
     if not scenario.reference.startswith("golden:"):
         return None
     given = scenario.reference.removeprefix("golden:")
@@ -156,9 +160,11 @@ def missing_golden(scenario: Scenario) -> str | None:
         return None
     where = f"its directory variable {', '.join(unset)}" if unset else f"{golden} has no {RECORD}"
     run_id = golden.name.replace("__", "/")
-    return (f"golden reference {given} is not recorded ({where}): record it on a CUDA runner with `parity golden "
-            f"record {GOLDENS_FILE} -k '{run_id}' --device cuda --out goldens` ({GOLDENS_WORKFLOW}, "
+    return (f"{NO_GOLDEN}: golden reference {given} is not recorded ({where}): record it on a CUDA runner with "
+            f"`parity golden record {GOLDENS_FILE} -k '{run_id}' --device cuda --out goldens` ({GOLDENS_WORKFLOW}, "
             f"`gh workflow run goldens.yml -f k='{run_id}'`), then pin the release (PARITY_GOLDENS_TAG)")
+
+
 def broken_here(scenario: Scenario) -> str | None:
     """Why the row is known broken: its `broken:` mark, or an upstream defect of the installed release it would
     hit (its engine's `upstream_defects`)."""

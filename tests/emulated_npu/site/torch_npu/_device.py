@@ -51,6 +51,7 @@ def install():
     MODE.__enter__()
     _fsdp_on_cpu()
     _backward_under_the_mode()
+    _autocast_on_cpu()
 
 
 def _fsdp_on_cpu():
@@ -96,6 +97,25 @@ def _backward_under_the_mode():
     engine_run_backward.emulated = True
     torch.autograd.graph._engine_run_backward = engine_run_backward
     torch.autograd._engine_run_backward = engine_run_backward
+
+
+def _autocast_on_cpu():
+    """`torch.autocast('npu', ...)` is CPU autocast, as every 'npu' tensor is a CPU tensor: an 'npu' autocast would
+    set the PrivateUse1 autocast state, which no CPU op reads, so a bf16 run's autocast regions would compute in fp32
+    without a word (the hf engine's `torch.autocast(device_type=ctx.device.type, ...)`, engines/hf/common.py). CPU
+    autocast casts its own op list (torch/amp/autocast_mode.py; torch_npu's list differs): the emulation runs
+    bf16 autocast, not the device's."""
+    from torch.amp import autocast_mode
+
+    real = autocast_mode.autocast.__init__
+    if getattr(real, "emulated", False):
+        return
+
+    def init(self, device_type, *args, **kwargs):
+        return real(self, "cpu" if device_type == "npu" else device_type, *args, **kwargs)
+
+    init.emulated = True
+    autocast_mode.autocast.__init__ = init
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):

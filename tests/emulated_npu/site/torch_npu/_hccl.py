@@ -83,8 +83,9 @@ def check_movement(op: str, tensors) -> None:
 def check_reduction(op: str, tensors, reduce_op) -> None:
     kind = next((name for value, name in REDUCE_OPS.items() if reduce_op == value), None)
     if kind is None:
-        raise HcclRefused(f"emulated HCCL {op}: ReduceOp {reduce_op} is refused (HCCL reduces with sum, prod, max, "
-                          f"min; torch_npu adds avg as sum then divide; {SOURCE})")
+        name = getattr(reduce_op, "op", reduce_op)
+        raise HcclRefused(f"emulated HCCL {op}: ReduceOp {name} is refused (HCCL reduces with sum, prod, max, min; "
+                          f"torch_npu adds avg as sum then divide; {SOURCE})")
     for tensor in _tensors(tensors):
         if tensor.dtype not in REDUCE_DTYPES:
             raise HcclRefused(f"emulated HCCL {op}: dtype {_name(tensor.dtype)} is refused for a reduction on Atlas "

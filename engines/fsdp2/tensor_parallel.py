@@ -64,10 +64,15 @@ def reduce_partial_grads(params: Iterable[torch.nn.Parameter], group: dist.Proce
 
 def global_squares(grads: list[torch.Tensor]) -> list[float]:
     """Each (DTensor) gradient's squared L2 norm over its whole mesh (fp32 norms, squared and summed in fp64):
-    sharded pieces summed, replicated copies counted once, so every rank gets the same values. One all-reduce per
-    mesh dimension of each distinct (mesh, sharded dims) pattern, not one per gradient as DTensor's
+    sharded pieces summed, replicated copies counted once, so every rank gets the same values. One all-gather per
+    mesh dimension of each distinct (mesh, sharded dims) pattern, not one reduction per gradient as DTensor's
     `vector_norm(...).full_tensor()` takes (~50 a step for the 4-layer tiny models). A Partial gradient
-    (pending a reduction) is left to DTensor. Collective: every rank calls it with the same gradients in order."""
+    (pending a reduction) is left to DTensor. Collective: every rank calls it with the same gradients in order.
+
+    The fp64 pieces are all-GATHERED and summed here, never all-reduced: HCCL on Atlas A2/A3 reduces no float64
+    (HcclAllReduce's data types: int8, int16, int32, int64, float16, float32, bf16) but gathers it (HcclAllGather
+    lists float64; CANN HCCL API reference, tests/emulated_npu/site/torch_npu/_hccl.py), so a float64 all-reduce
+    here failed every fsdp2 step on the NPU; gathering keeps the fp64 sum, and the numbers, as they were."""
     values: list[torch.Tensor | float] = []
     pending: dict[tuple[object, tuple[int, ...]], list[int]] = {}
     for grad in grads:
@@ -87,10 +92,19 @@ def global_squares(grads: list[torch.Tensor]) -> list[float]:
     for (mesh, dims), indices in pending.items():
         stacked = torch.stack([values[i] for i in indices])  # type: ignore[misc]
         for dim in dims:
-            dist.all_reduce(stacked, group=mesh.get_group(dim))  # type: ignore[attr-defined]
+            stacked = sum_over(stacked, mesh.get_group(dim))  # type: ignore[attr-defined]
         for i, value in zip(indices, stacked.tolist(), strict=True):
             values[i] = value
     return [float(v) for v in values]
+
+
+def sum_over(values: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """The element-wise sum of `values` over the group's ranks, in its dtype (fp64 here) on every rank: an all-gather
+    (which HCCL carries in float64) and a local sum in rank order, where an all-reduce would need the backend to
+    reduce the dtype (global_squares)."""
+    parts = [torch.empty_like(values) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, values.contiguous(), group=group)
+    return torch.stack(parts).sum(dim=0)
 
 
 @torch.no_grad()

@@ -272,7 +272,7 @@ def test_a_frozen_release_image_is_not_refused(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("bad", ["no pick step", "no stack for the variable", "malformed stacks", "unknown source",
-                                 "not verl", "bad --repo"])
+                                 "not verl", "bad --repo", "unsplittable RUN"])
 def test_bad_input_is_exit_2_without_a_traceback(tmp_path, capsys, bad):
     verl, repos = _verl(tmp_path)
     nightly = _nightly(tmp_path, CURRENT_910B="latest-vllm-910b-ubuntu")
@@ -291,6 +291,8 @@ def test_bad_input_is_exit_2_without_a_traceback(tmp_path, capsys, bad):
         verl = tmp_path
     elif bad == "bad --repo":
         repos = {"vllm-ascend": tmp_path / "missing"}
+    elif bad == "unsplittable RUN":
+        (verl / "docker" / "ascend" / "Dockerfile.ascend_9.1.0_a2").write_text(CURRENT + 'RUN echo "open\n')
     assert _check(tmp_path, verl, repos, nightly, *extra) == 2
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err + captured.out

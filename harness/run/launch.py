@@ -58,13 +58,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-#: The variables that pin a multi-node run's sockets to one interface of each node: HCCL's host-side socket (its
-#: rendezvous between nodes) takes HCCL_IF_IP over HCCL_SOCKET_IFNAME (CANN's environment-variable reference); gloo,
-#: which verl's ranks also initialise beside hccl (verl/utils/distributed.py: "cpu:gloo,npu:hccl"), takes
-#: GLOO_SOCKET_IFNAME. verl's Ascend multi-node guide has the user export the interface that reaches the master
-#: by hand on every node (verl: docs/ascend_tutorial/model_support/examples/multi-machine_task_startup_practice.rst,
-#: `ip route get "$MASTER_ADDR"`); the launcher derives it instead, and sets them on every device (inert off the NPU,
-#: so the CPU rehearsal's agents carry exactly what an NPU node's do).
+#: The variables that pin a multi-node run's sockets to one interface of each node. HCCL's host socket (how a
+#: communicator's ranks reach its root) takes HCCL_IF_IP over HCCL_SOCKET_IFNAME; with neither it takes the first
+#: interface by name that is not docker or lo, and "if that does not reach the root's, building the links fails"
+#: (CANN environment-variable reference, HCCL_IF_IP / HCCL_SOCKET_IFNAME). gloo, which verl's ranks initialise beside
+#: hccl (verl/utils/distributed.py: "cpu:gloo,npu:hccl"), takes GLOO_SOCKET_IFNAME. verl's Ascend multi-node guide has
+#: the user export the interface that reaches the master by hand on every node (verl: docs/ascend_tutorial/
+#: model_support/examples/multi-machine_task_startup_practice.rst, `ip route get "$MASTER_ADDR"`); the launcher
+#: derives it, and sets them on every device (inert off the NPU: the CPU rehearsal's agents carry what an NPU node's
+#: do).
 INTERFACE_VARS = ("HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 NODE_IFNAME = "PARITY_NODE_IFNAME"
 """The runner's choice of interface for this node; wins over the route to the master."""
@@ -118,20 +120,25 @@ def route_source(master_addr: str, port: int) -> str:
         raise InterfaceError(f"no route from this host to the master {master_addr} ({exc.strerror or exc})") from None
 
 
-def _plain_name(value: str | None) -> str | None:
-    """A single interface name (HCCL_SOCKET_IFNAME also takes prefix lists and `=` / `^=` forms, which name no one
-    interface)."""
-    return value if value and re.fullmatch(r"[\w.:@-]+", value) else None
+def _one_interface(value: str | None) -> str | None:
+    """The one interface a runner's HCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME names: `eth0`, or HCCL's exact `=eth0`.
+    HCCL's lists, `^` exclusions and prefixes matching several interfaces name no one interface."""
+    found = re.fullmatch(r"=?([\w.:@-]+)", value or "")
+    return found.group(1) if found else None
 
 
 def node_interface(master_addr: str, port: int, environ: Mapping[str, str] = os.environ) -> NodeInterface:
     """The interface this node's ranks use toward the master, and the INTERFACE_VARS the launcher adds for them.
-    The interface is PARITY_NODE_IFNAME, else the one the runner named in HCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME,
-    else the one holding this host's source address toward the master. A variable the runner set is never
-    replaced, and HCCL_IF_IP is not added beside a runner's HCCL_SOCKET_IFNAME pattern (it would override it)."""
+    The interface is PARITY_NODE_IFNAME (one that is not here refuses the launch), else the one interface the
+    runner named in HCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, else the one holding this host's source address toward
+    the master. A variable the runner set is never replaced, and HCCL_IF_IP is not added beside a runner's
+    HCCL_SOCKET_IFNAME pattern (it would override it)."""
     kept = {k: environ[k] for k in INTERFACE_VARS if environ.get(k)}
     addresses = _addresses()
-    named = [(NODE_IFNAME, environ.get(NODE_IFNAME))] + [(k, _plain_name(kept.get(k))) for k in INTERFACE_VARS[1:]]
+    # the runner's own variables name this node's interface only where they name one that is here: anything else is
+    # HCCL's or gloo's to read (a prefix list, an exclusion), kept and left to them
+    named = [(NODE_IFNAME, environ.get(NODE_IFNAME))] + [
+        (k, one) for k in INTERFACE_VARS[1:] if (one := _one_interface(kept.get(k))) in addresses]
     source = route_source(master_addr, port)
     how, name = next(((f"{var}={value}", value) for var, value in named if value), (None, None))
     if name is None:
@@ -145,8 +152,11 @@ def node_interface(master_addr: str, port: int, environ: Mapping[str, str] = os.
     family = socket.AF_INET6 if ":" in source else socket.AF_INET
     own = [a for a in addresses[name] if (":" in a) == (family == socket.AF_INET6)]
     address = source if source in addresses[name] else (own[0] if own else None)
-    env = {var: name for var in INTERFACE_VARS[1:] if var not in kept}
-    if "HCCL_IF_IP" not in kept and (_plain_name(kept.get("HCCL_SOCKET_IFNAME")) or "HCCL_SOCKET_IFNAME" not in kept):
+    # HCCL reads a bare name as a prefix (`eth1` would match eth10 too); `=` names exactly one interface
+    env = {var: form.format(name) for var, form in (("HCCL_SOCKET_IFNAME", "={}"), ("GLOO_SOCKET_IFNAME", "{}"))
+           if var not in kept}
+    hccl_named = kept.get("HCCL_SOCKET_IFNAME")
+    if "HCCL_IF_IP" not in kept and (hccl_named is None or _one_interface(hccl_named) in addresses):
         if address is None:
             raise InterfaceError(f"interface {name} ({how}) has no address of the master's family "
                                  f"({master_addr}): set HCCL_IF_IP or {NODE_IFNAME}")

@@ -18,7 +18,7 @@ from parity.harness.run.worker import RunJob
 from tests.conftest import REPO
 
 NIGHTLY = REPO / "scenarios" / "ascend_nightly.yaml"
-LOOPBACK = {"HCCL_IF_IP": "127.0.0.1", "HCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+LOOPBACK = {"HCCL_IF_IP": "127.0.0.1", "HCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": "lo"}
 HEADER = "parity: interface lo (the route to 127.0.0.1): sets " + " ".join(f"{k}={v}" for k, v in LOOPBACK.items())
 
 
@@ -127,5 +127,5 @@ def test_the_ranks_get_the_derived_interface_or_the_runners_own(runner_env, tmp_
     kept = _probe(tmp_path, "kept")
     assert all(p["env"] == {**LOOPBACK, "HCCL_IF_IP": "127.0.0.2"} for p in kept.values()), kept
     header = (tmp_path / "kept" / "node0.log").read_text().splitlines()[0]
-    assert header == ("parity: interface lo (GLOO_SOCKET_IFNAME=lo): sets HCCL_SOCKET_IFNAME=lo; kept from the "
+    assert header == ("parity: interface lo (GLOO_SOCKET_IFNAME=lo): sets HCCL_SOCKET_IFNAME==lo; kept from the "
                       "runner: HCCL_IF_IP=127.0.0.2 GLOO_SOCKET_IFNAME=lo")

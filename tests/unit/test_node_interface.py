@@ -16,7 +16,7 @@ from parity.harness.run.worker import RunJob
 
 pytestmark = pytest.mark.torch_free
 
-LOOPBACK = {"HCCL_IF_IP": "127.0.0.1", "HCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+LOOPBACK = {"HCCL_IF_IP": "127.0.0.1", "HCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": "lo"}
 
 
 def _own_address() -> tuple[str, str] | None:
@@ -48,7 +48,7 @@ def test_the_master_itself_gets_the_interface_the_others_reach_not_lo():
 def test_a_value_the_runner_set_is_kept():
     runner = {"HCCL_IF_IP": "10.9.9.9", "GLOO_SOCKET_IFNAME": "lo"}
     found = node_interface("127.0.0.1", 29500, runner)
-    assert found.kept == runner and found.env == {"HCCL_SOCKET_IFNAME": "lo"}
+    assert found.kept == runner and found.env == {"HCCL_SOCKET_IFNAME": "=lo"}
     # that the ranks get the runner's value: tests/multiproc/test_launch.py plants a GLOO_SOCKET_IFNAME gloo cannot
     # use, and the run fails in gloo, naming it
 
@@ -56,10 +56,12 @@ def test_a_value_the_runner_set_is_kept():
 def test_a_runner_pattern_is_not_overridden_by_an_address():
     """HCCL_IF_IP takes precedence over HCCL_SOCKET_IFNAME: adding it beside the runner's pattern would undo the
     runner's choice, so only gloo's variable is added."""
-    found = node_interface("127.0.0.1", 29500, {"HCCL_SOCKET_IFNAME": "^=docker"})
-    assert found.env == {"GLOO_SOCKET_IFNAME": "lo"} and found.kept == {"HCCL_SOCKET_IFNAME": "^=docker"}
-    named = node_interface("127.0.0.1", 29500, {"HCCL_SOCKET_IFNAME": "lo"})  # one plain name: its address is known
-    assert named.env == {"HCCL_IF_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
+    for pattern in ("^=docker", "eth,enp", "no-such-prefix"):  # an exclusion, a list, a prefix naming no interface
+        found = node_interface("127.0.0.1", 29500, {"HCCL_SOCKET_IFNAME": pattern})
+        assert found.env == {"GLOO_SOCKET_IFNAME": "lo"} and found.kept == {"HCCL_SOCKET_IFNAME": pattern}
+    for one in ("lo", "=lo"):  # one interface, by name or exactly: its address is known
+        named = node_interface("127.0.0.1", 29500, {"HCCL_SOCKET_IFNAME": one})
+        assert named.env == {"HCCL_IF_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
 
 
 def test_the_runner_names_the_interface():
@@ -68,15 +70,16 @@ def test_the_runner_names_the_interface():
         pytest.skip("this host has no IPv4 address besides loopback")
     name, address = own
     found = node_interface("127.0.0.1", 29500, {"PARITY_NODE_IFNAME": name})
-    assert found.env == {"HCCL_IF_IP": address, "HCCL_SOCKET_IFNAME": name, "GLOO_SOCKET_IFNAME": name}
+    assert found.env == {"HCCL_IF_IP": address, "HCCL_SOCKET_IFNAME": f"={name}", "GLOO_SOCKET_IFNAME": name}
     assert found.how == f"PARITY_NODE_IFNAME={name}"
 
 
 def test_an_interface_that_is_not_here_or_a_master_that_does_not_resolve_is_refused():
     with pytest.raises(InterfaceError, match=r"PARITY_NODE_IFNAME=no-such-if0: no such interface here \(there are "):
         node_interface("127.0.0.1", 29500, {"PARITY_NODE_IFNAME": "no-such-if0"})
-    with pytest.raises(InterfaceError, match="GLOO_SOCKET_IFNAME=no-such-if0: no such interface"):
-        node_interface("127.0.0.1", 29500, {"GLOO_SOCKET_IFNAME": "no-such-if0"})
+    # the runner's own gloo name is gloo's to refuse (kept as it is): the interface comes from the route
+    kept = node_interface("127.0.0.1", 29500, {"GLOO_SOCKET_IFNAME": "no-such-if0"})
+    assert kept.env == {"HCCL_IF_IP": "127.0.0.1", "HCCL_SOCKET_IFNAME": "=lo"}
     with pytest.raises(InterfaceError, match=r"cannot resolve the master address 'no-such-host\.invalid'"):
         node_interface("no-such-host.invalid", 29500, {})
 

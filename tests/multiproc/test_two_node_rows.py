@@ -31,7 +31,7 @@ def runner_env(monkeypatch):
 
 
 @pytest.mark.slow
-# about 40 s on two cores: the nightly's cpu lane runs it (tests marked nightly), .ci/run's budget does not
+# two nodes of ranks and a reference: the nightly's cpu lane runs it (tests marked nightly), not .ci/run's budget
 @pytest.mark.nightly
 def test_the_two_node_fsdp2_row_passes_on_one_host_with_two_agents(runner_env, tmp_path, cache_dir):
     """The row exactly as the Ascend matrix ships it, on CPU (`--device cpu`): node 1 is a `parity run` process of

@@ -68,11 +68,14 @@ case "$device" in
     # runner sets), pinning torch to the image's own build so that nothing replaces what torch_npu was built for.
     wheelhouse=${PARITY_WHEELHOUSE:-wheelhouse}
     [ -d "$wheelhouse" ] || fail "no wheelhouse at $wheelhouse (the parity-wheelhouse artifact, ci/wheelhouse.sh)"
-    python3 -m venv --clear --system-site-packages "$venv"
+    # --without-pip: on a Python 3.11 image a venv's own seed (pip + setuptools 65) would shadow the image's
+    # setuptools, which torch requires newer (torch 2.13: setuptools>=77.0.3), and pip would then look for it in
+    # the wheelhouse; the image's pip installs into the venv as well (the venv's python runs it)
+    python3 -m venv --clear --system-site-packages --without-pip "$venv"
     # shellcheck disable=SC1091
     . "$venv/bin/activate"
     python -c 'from importlib.metadata import version; print("torch==" + version("torch"))' >"$venv/image-torch.txt"
-    pip install --progress-bar off --no-index --find-links "$wheelhouse" -c "$venv/image-torch.txt" parity-harness \
+    python -m pip install --progress-bar off --no-index --find-links "$wheelhouse" -c "$venv/image-torch.txt" parity-harness \
       || fail "installing the harness from $wheelhouse without a package index failed (above): the image lacks a \
 dependency the wheelhouse does not carry for its Python / platform"
     python ci/check_install.py || fail "the installed harness cannot import what it needs (above)"
@@ -141,7 +144,9 @@ run_worker() {
   if [ "${#host_ports[@]}" -ge "$index" ]; then env+=("HCCL_HOST_SOCKET_PORT_RANGE=${host_ports[$((index - 1))]}"); fi
   if [ "${#npu_ports[@]}" -ge "$index" ]; then env+=("HCCL_NPU_SOCKET_PORT_RANGE=${npu_ports[$((index - 1))]}"); fi
   echo "lane $lane worker $index: ${env[*]} pytest $* --parity-out $dir ${files[*]}"
-  env "${env[@]}" python -m pytest "$@" --parity-out "$dir" --junitxml "$dir/junit.xml" "${files[@]}" 2>&1 |
+  # -P: the checkout's own parity/ folder (the package root of an editable install) must not shadow the harness
+  # installed from the wheelhouse, which `python -m` would put behind the working directory
+  env "${env[@]}" python -P -m pytest "$@" --parity-out "$dir" --junitxml "$dir/junit.xml" "${files[@]}" 2>&1 |
     tee "$dir/pytest.log"
 }
 
@@ -185,7 +190,7 @@ fi
 # What the rows did (junit.xml): a row whose golden is absent ran against nothing, SKIP or (required) ERROR, and
 # fails the lane naming itself first (exit 3, its line last); a lane that skipped every row fails too (exit 1).
 rows_rc=0
-rows=$(python - "$out" "$lane" <<'PY'
+rows=$(python -P - "$out" "$lane" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path

@@ -26,5 +26,8 @@ if [ -n "$venv" ]; then
 fi
 python=$(command -v python3)
 export PARITY_TRAINER_PYTHON=$python PARITY_VERL_PYTHON=$python
+# the checkout's parity/ folder must not shadow the harness installed from the wheelhouse (python -m puts the
+# working directory first), in this process or in the trainers it starts
+export PYTHONSAFEPATH=1
 "$python" -m parity.rollout "$file" --out "$out"
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$out/summary.md" ]; then cat "$out/summary.md" >>"$GITHUB_STEP_SUMMARY"; fi

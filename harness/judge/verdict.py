@@ -112,7 +112,8 @@ def judge(scenario: Scenario, candidate: RunRecord, reference: RunRecord,
     if differing := kwargs_not_as_given(scenario, candidate):
         reasons.append(f"engine kwargs not applied as given: {'; '.join(differing)}")
     absolute_lane = baseline is None and scenario.reference == "hf_fp32"
-    reasons += precision_problems(scenario.dtype, candidate, metrics, limits, absolute_lane)
+    reasons += precision_problems(scenario.dtype, candidate, metrics, limits, absolute_lane,
+                                  against_fp32=reference.effective_dtype in (None, "fp32"))
     reasons += [f"not deterministic: {problem}" for problem in determinism_problems(candidate, repeats)]
     metrics |= perf_metrics(candidate, scenario.dtype, scenario.layout.world_size)
     if scenario.reference.startswith("golden:"):  # a stored run on the reference device: speed side by side
@@ -242,13 +243,29 @@ def baseline_problem(baseline: RunRecord, reference: RunRecord) -> str | None:
 
 
 def precision_problems(dtype: str, candidate: RunRecord, metrics: dict[str, Any], limits: Limits,
-                       absolute_lane: bool = False) -> list[str]:
+                       absolute_lane: bool = False, against_fp32: bool = True) -> list[str]:
     """A low-precision scenario silently computed in fp32 would PASS every upper bound: the engine's own report
-    of its compute dtype must match, and its forward must be at least as far from fp32 as that precision gets."""
+    of its compute dtype must match, and its forward must be at least as far from fp32 as that precision gets.
+    The distance is a lower bound only where the reference computed in fp32: against a golden that ran in the same
+    low precision (a stored bf16 run), agreeing to the last bit is the best outcome, not a sign of fp32."""
     problems = []
     if candidate.effective_dtype is not None and candidate.effective_dtype != dtype:
         problems.append(f"computed in {candidate.effective_dtype}, the scenario asks for {dtype} "
                         "(Engine.effective_dtype read back from the engine)")
+    problems += _fp32_distance_problems(dtype, metrics, limits, absolute_lane) if against_fp32 else []
+    if limits.ratio_median_min is not None:
+        for key, label in PHASES.items():
+            ratio = (metrics.get(key) or {}).get("ratio_median")
+            if ratio is not None and not ratio >= limits.ratio_median_min:
+                problems.append(f"not computed in {dtype}: {label} median |Δ| is {ratio:.3g}x the {dtype} baseline's "
+                                f"(< {limits.ratio_median_min:.3g}, lower bound): nearer fp32 than {dtype} arithmetic "
+                                "gets")
+    return problems
+
+
+def _fp32_distance_problems(dtype: str, metrics: dict[str, Any], limits: Limits, absolute_lane: bool) -> list[str]:
+    """The forward's distance from an fp32 reference, bounded below: a low-precision forward is never that close."""
+    problems = []
     observed = metrics["logprobs_before"]["max_abs"]
     if limits.logprob_max_abs_min and observed < limits.logprob_max_abs_min:
         problems.append(f"not computed in {dtype}: log-prob before training max |Δ| vs fp32 = {observed:.3g} < "
@@ -262,13 +279,6 @@ def precision_problems(dtype: str, candidate: RunRecord, metrics: dict[str, Any]
         problems.append(f"not computed in {dtype}: entropy before training median |Δ| vs fp32 = {median:.3g} > "
                         f"{limits.entropy_median_abs_max:.3g}: the error of rounding it to {dtype}, not of {dtype} "
                         "arithmetic (outputs computed in fp32 and rounded?)")
-    if limits.ratio_median_min is not None:
-        for key, label in PHASES.items():
-            ratio = (metrics.get(key) or {}).get("ratio_median")
-            if ratio is not None and not ratio >= limits.ratio_median_min:
-                problems.append(f"not computed in {dtype}: {label} median |Δ| is {ratio:.3g}x the {dtype} baseline's "
-                                f"(< {limits.ratio_median_min:.3g}, lower bound): nearer fp32 than {dtype} arithmetic "
-                                "gets")
     return problems
 
 

@@ -102,12 +102,25 @@ def _keep_golden(runner: Runner, scenario: Scenario) -> Verdict:
 
     if reason := skip_reason(scenario):
         return skipped(scenario, reason)
+    if reason := _beyond_the_card(scenario):
+        return skipped(scenario, reason)
     directory = runner.options.out_dir / paths.slug(scenario.id)
     record = runner.execute(scenario, scenario.id, directory)
     if not record.ok:
         shutil.rmtree(directory, ignore_errors=True)  # a golden set never holds a failed run
         return errored(scenario, record)
     return Verdict(scenario.id, "PASS", info={"golden_dir": str(directory)})
+
+
+def _beyond_the_card(scenario: Scenario) -> str | None:
+    """A row the memory plan puts over the recording runner's cards (PARITY_DEVICE_MODEL names them) is not
+    attempted: an out-of-memory crash would hold the runner for nothing; the reason says which card it needs."""
+    from parity.harness.config.memory import plan_for
+
+    plan = plan_for(scenario)
+    if plan is None or plan.level not in ("over", "impossible"):
+        return None
+    return f"not attempted: the memory plan does not fit it on this runner's cards ({plan.render()})"
 
 
 def _golden_line(verdict: Verdict) -> None:

@@ -213,6 +213,8 @@ DEVICE_MODELS: tuple[DeviceModel, ...] = (
     DeviceModel("H100", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}, hbm_bytes=80 * GIB),
     DeviceModel("H200", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}, hbm_bytes=141 * 10**9),
     DeviceModel("A100", {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
+    # verl's GPU runner set L20x8 (the goldens workflow's default runner): 48 GB GDDR6 per card
+    DeviceModel("L20", hbm_bytes=48 * GIB),
     DeviceModel("Ascend910B4", hbm_bytes=32 * GIB),
     DeviceModel("Ascend910B3", {"bf16": 313e12, "fp16": 313e12}, hbm_bytes=64 * GIB),
     DeviceModel("Ascend910B", hbm_bytes=64 * GIB),

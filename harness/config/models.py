@@ -62,6 +62,13 @@ TINY_MODELS["tiny-qwen3-rollout-tied"] = ("Qwen3Config", {**TINY_MODELS["tiny-qw
 #: ... saved in bf16 with the vocabulary padded to 128, as tiny-qwen3-bf16 is for verl's vanilla-mbridge path
 TINY_MODELS["tiny-qwen3-rollout-bf16"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3-rollout"][1],
                                                           "checkpoint_dtype": "bfloat16", "vocab_size": 256})
+#: the big checkpoints' layouts on tiny models (the nightly's rehearsal, ci/rehearse.py, saves them under the names of
+#: Qwen3-8B and Qwen3-30B-A3B): heads and KV heads that tp 4 divides (Qwen3-8B: 32 / 8), layers that pp 4 divides,
+#: experts that ep 8 divides (Qwen3-30B-A3B: 128), head_dim still apart from hidden / heads
+TINY_MODELS["tiny-qwen3-wide"] = ("Qwen3Config", {**TINY_MODELS["tiny-qwen3"][1], "num_attention_heads": 8,
+                                                  "num_key_value_heads": 4, "head_dim": 12})
+TINY_MODELS["tiny-qwen3-moe-wide"] = ("Qwen3MoeConfig", {**TINY_MODELS["tiny-qwen3-moe"][1], "num_attention_heads": 8,
+                                                         "num_key_value_heads": 4, "head_dim": 12, "num_experts": 8})
 SEED_FOR_WEIGHTS = 20261130
 
 
@@ -81,8 +88,9 @@ def is_tiny(model: str) -> bool:
     return model in TINY_MODELS
 
 
-_VARIABLE = re.compile(r"\$(\w+)|\$\{([^}]*)\}")
-"""$NAME or ${NAME}, as os.path.expandvars reads them."""
+_VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)(?::-([^}]*))?\}")
+"""$NAME or ${NAME}, as os.path.expandvars reads them, and ${NAME:-default} as a shell reads it (a golden set's device:
+`${PARITY_GOLDEN_DEVICE:-cuda}`)."""
 
 
 def expand_model_path(model: str) -> str:
@@ -91,7 +99,12 @@ def expand_model_path(model: str) -> str:
     directory, which would pass for a checkpoint (unexpanded_variables says which and why)."""
     if is_tiny(model):
         return model
-    return os.path.expanduser(_VARIABLE.sub(lambda m: os.environ.get(m.group(1) or m.group(2)) or m.group(0), model))
+
+    def value(match: re.Match) -> str:
+        given = os.environ.get(match.group(1) or match.group(2))
+        return given or (match.group(3) if match.group(3) is not None else match.group(0))
+
+    return os.path.expanduser(_VARIABLE.sub(value, model))
 
 
 def unexpanded_variables(expanded: str) -> list[str]:

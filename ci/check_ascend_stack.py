@@ -46,12 +46,12 @@ MINDSPEED_ENV = ROOT / "engines" / "mindspeed" / "env.py"
 
 ARCHES = ("x86_64", "aarch64")
 #: what a stack declares, in the order of the facts table
-PACKAGES = ("python", "cann", "torch", "torch_npu", "transformers", "mindspeed", "megatron", "vllm", "vllm_ascend")
+PACKAGES = ("python", "cann", "torch", "torch_npu", "transformers", "mindspeed", "megatron_lm", "vllm", "vllm_ascend")
 #: pip's (normalised) names -> the stack's
 PIP_NAMES = {"torch": "torch", "torch-npu": "torch_npu", "transformers": "transformers", "vllm": "vllm",
-             "vllm-ascend": "vllm_ascend", "megatron-core": "megatron", "mindspeed": "mindspeed"}
+             "vllm-ascend": "vllm_ascend", "megatron-core": "megatron_lm", "mindspeed": "mindspeed"}
 #: a cloned repository (its URL's last part, lower case) installed from source -> the package it is
-REPO_NAMES = {"vllm": "vllm", "vllm-ascend": "vllm_ascend", "mindspeed": "mindspeed", "megatron-lm": "megatron",
+REPO_NAMES = {"vllm": "vllm", "vllm-ascend": "vllm_ascend", "mindspeed": "mindspeed", "megatron-lm": "megatron_lm",
               "transformers": "transformers"}
 HISTORY = "History Images"
 
@@ -636,12 +636,12 @@ def image_env(image: Image, arch: str, stacks: dict[str, dict[str, list[Expected
     a transformers commit the version ci/ascend_stacks.yaml gives it (no index serves a commit) and its release."""
     assert image.stack is not None
     have = image.stack.versions[arch]
-    missing = [p for p in ("python", "torch", "megatron", "transformers", "mindspeed") if p not in have]
+    missing = [p for p in ("python", "torch", "megatron_lm", "transformers", "mindspeed") if p not in have]
     if missing:
         raise ValueError(f"{image.variable}: {image.dockerfile} states no {', '.join(missing)} on {arch}")
     env = {"IMAGE": image.image, "DOCKERFILE": image.dockerfile or "", "ARCH": arch, "PYTHON": have["python"].value,
            "TORCH": _public(have["torch"].value), "MINDSPEED": have["mindspeed"].value,
-           "MEGATRON_CORE": _release(have["megatron"].value) or "", "TRANSFORMERS": have["transformers"].value}
+           "MEGATRON_CORE": _release(have["megatron_lm"].value) or "", "TRANSFORMERS": have["transformers"].value}
     if _COMMIT.match(env["TRANSFORMERS"]):
         declared = next((e for e in stacks[image.variable]["transformers"]
                          if e.commit_version and matches("transformers", e, env["TRANSFORMERS"])), None)

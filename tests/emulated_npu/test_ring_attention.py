@@ -27,8 +27,8 @@ defaults: {{device: cpu, dtype: fp32, timeout: 300, model: tiny-qwen3, strategy:
 matrix:
   - {{name: ring}}
 """
-#: the lane's plants, one in the mask and one in the block order (each planted tree is a run of its own, ~25 s on
-#: 2 cores); the others run in the nightly (test_more_planted_ring_defects_fail)
+#: the lane's plants, one in the mask and one in the block order (each planted tree is a run of its own); the
+#: others run in the nightly (test_more_planted_ring_defects_fail)
 LANE = ("mask_off_by_one_block", "merge_swaps_statistics")
 POISONED = "npu_fusion_attention: fully masked rows poisoned"
 

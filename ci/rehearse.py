@@ -54,14 +54,19 @@ ONE_ROW_PER_LANE = ("tiny-qwen3/fsdp2/dp2/bf16/npu or tiny-qwen3/fsdp2/dp2/fp32/
 GOLDEN_ROWS = "qwen3-8b/fsdp2/dp8/bf16/cpu"
 
 
-def images(work: Path, mindspeed: Path | None) -> dict[str, Path]:
+#: what MindSpeed imports at load (triton 3.5.1 runs on CPU: docs/ascend.md, the emulated lane)
+MINDSPEED_IMPORTS = ("triton==3.5.1", "einops", "scipy")
+
+
+def images(work: Path, mindspeed: Path | None, mindspeed_core012: Path | None) -> dict[str, Path]:
+    """One image per stack: its Megatron-Core (the constraints file of its lane) and, where given, its MindSpeed."""
     built: dict[str, Path] = {}
-    extra = ("triton==3.5.1", "einops", "scipy") if mindspeed else ()
     specs = {"current": machines.ImageSpec("image-current", "3.11", "ci/constraints-cpu.txt",
-                                           ("transformers", "safetensors", "megatron-core", *extra), mindspeed),
+                                           ("transformers", "safetensors", "megatron-core",
+                                            *(MINDSPEED_IMPORTS if mindspeed else ())), mindspeed),
              "core012": machines.ImageSpec("image-core012", "3.11", "ci/constraints-megatron012.txt",
-                                           ("transformers", "safetensors", "megatron-core", "psutil", *extra),
-                                           None)}
+                                           ("transformers", "safetensors", "megatron-core", "psutil",
+                                            *(MINDSPEED_IMPORTS if mindspeed_core012 else ())), mindspeed_core012)}
     for stack, spec in specs.items():
         built[stack] = machines.build_image(spec, work / "images")
     return {f"rehearsal/{stack}": path for stack, path in built.items()}
@@ -156,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", choices=("one", "all"), default="one")
     parser.add_argument("--work", type=Path, help="work folder (kept; default: a new temporary one)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the tree to rehearse (default: this checkout)")
-    parser.add_argument("--mindspeed", type=Path, help="a MindSpeed source tree for the images")
+    parser.add_argument("--mindspeed", type=Path, help="a MindSpeed core_r0.16.0 tree for the current stack's image")
+    parser.add_argument("--mindspeed-core012", type=Path,
+                        help="a MindSpeed 2.3.0_core_r0.12.1 tree for the core012 stack's image")
     parser.add_argument("--source", action="append", default=[], metavar="OWNER/NAME=DIR",
                         help="a local tree standing in for a GitHub repository (checkout, git clone)")
     parser.add_argument("--jobs", help="only these jobs of either workflow, comma-separated (the others skip)")
@@ -180,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work / run_scoped, ignore_errors=True)
     started = time.monotonic()
     print(f"rehearsal of {args.repo} in {work}", flush=True)
-    image_dirs = images(work, args.mindspeed)
+    image_dirs = images(work, args.mindspeed, args.mindspeed_core012)
     variables = {"PARITY_ASCEND_RUNNERS": "true", "PARITY_PAGES": "true",
                  **{v: f"rehearsal/{stack}" for v, stack in IMAGE_VARIABLES.items()}, **tiny_checkpoints(work)}
     # the runners' package caches outlive a run, as a runner's tool cache does (what they hold is what the registry

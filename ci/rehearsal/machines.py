@@ -17,6 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "tests" / "emulated_npu" / "site"
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+#: where actions/setup-python keeps its CPythons on a GitHub-hosted runner (the nightly's rehearsal job)
+TOOLCACHE = Path(os.environ.get("RUNNER_TOOL_CACHE", "/opt/hostedtoolcache")) / "Python"
 #: runner-set name -> its cards (verl's Ascend runner sets name their one node's card count last)
 _CARDS = re.compile(r"-(\d+)$")
 
@@ -28,10 +30,13 @@ def cards_of(label: str) -> int:
 
 def base_python(version: str) -> Path:
     """The pyenv CPython of a `3.11`-style version (the newest patch release here)."""
-    candidates = sorted((p for p in PYENV.glob(f"{version}.*") if (p / "bin" / f"python{version}").is_file()),
-                        key=lambda p: [int(x) for x in p.name.split(".") if x.isdigit()])
+    found = [*PYENV.glob(f"{version}.*"), *(p / "x64" for p in TOOLCACHE.glob(f"{version}.*"))]
+    candidates = sorted((p for p in found if (p / "bin" / f"python{version}").is_file()),
+                        key=lambda p: [int(x) for x in p.name.split(".") if x.isdigit()] or
+                        [int(x) for x in p.parent.name.split(".") if x.isdigit()])
     if not candidates:
-        raise FileNotFoundError(f"no CPython {version} under {PYENV} (pyenv install {version})")
+        raise FileNotFoundError(f"no CPython {version} under {PYENV} or {TOOLCACHE} (pyenv install {version}, or "
+                                f"actions/setup-python with {version})")
     return candidates[-1]
 
 
@@ -47,7 +52,15 @@ def clean_python(version: str, target: Path) -> Path:
     shutil.copy2(source / "bin" / f"python{version}", target / "bin" / f"python{version}")
     for alias in ("python3", "python"):
         (target / "bin" / alias).symlink_to(f"python{version}")
-    subprocess.run(["cp", "-al", str(source / "lib" / f"python{version}"), str(target / "lib")], check=True)
+    stdlib_source = source / "lib" / f"python{version}"
+    # hard links where the two folders share a file system; a copy where they do not
+    if subprocess.run(["cp", "-al", str(stdlib_source), str(target / "lib")], capture_output=True).returncode:
+        shutil.rmtree(target / "lib" / f"python{version}", ignore_errors=True)
+        shutil.copytree(stdlib_source, target / "lib" / f"python{version}", symlinks=True,
+                        ignore=shutil.ignore_patterns("site-packages", "test"))
+    for library in (source / "lib").glob("libpython*"):  # a shared build finds it beside its prefix, or by rpath
+        if not (target / "lib" / library.name).exists():
+            (target / "lib" / library.name).symlink_to(library)
     stdlib = target / "lib" / f"python{version}"
     for heavy in ("site-packages", "test"):
         shutil.rmtree(stdlib / heavy, ignore_errors=True)

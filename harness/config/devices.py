@@ -41,12 +41,14 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
                        {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "NCCL_ALGO": "Ring"},
                        {"backends.cuda.matmul.allow_tf32": False, "backends.cudnn.allow_tf32": False},
                        default_model="NVIDIA H100 80GB HBM3"),
-    # Ascend precision recipe (verl / MindSpeed): deterministic HCCL + matmul without K-shift/shuffle; HF32
+    # Ascend precision recipe (verl / MindSpeed): deterministic HCCL + matmul without K-shift/shuffle; under LCCL (the
+    # AIV expansion mode verl's MoE jobs use) also LCOC off (verl docs/ascend_tutorial/dev_guide/precision_analysis/
+    # precision_alignment_zh.md, "LCCL通信下": ATB_LLM_LCOC_ENABLE=0 beside LCCL_DETERMINISTIC=1); HF32
     # (Ascend's TF32) off for matmul (default already off) and conv (default ON), per the torch_npu API reference
     # (torch_npu.npu.matmul.allow_hf32, torch_npu.npu.conv.allow_hf32).
     "npu": DeviceKind("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES",
                       {"HCCL_DETERMINISTIC": "true", "CLOSE_MATMUL_K_SHIFT": "1",
-                       "ATB_MATMUL_SHUFFLE_K_ENABLE": "0", "LCCL_DETERMINISTIC": "1"},
+                       "ATB_MATMUL_SHUFFLE_K_ENABLE": "0", "LCCL_DETERMINISTIC": "1", "ATB_LLM_LCOC_ENABLE": "0"},
                       {"npu.matmul.allow_hf32": False, "npu.conv.allow_hf32": False},
                       default_model="Ascend910B3",
                       # MindSpeed's adaptor imports it first thing (mindspeed/megatron_adaptor.py line 11) so that

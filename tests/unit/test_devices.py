@@ -29,6 +29,8 @@ def test_every_device_kind_has_a_backend_and_accelerators_a_visible_variable():
         kind = devices.DEVICE_KINDS[name]
         assert kind.visible_env and kind.determinism_env, name
     assert devices.DEVICE_KINDS["npu"].determinism_env["HCCL_DETERMINISTIC"] == "true"
+    # LCCL's LCOC off, as verl's precision-alignment guide sets it beside LCCL_DETERMINISTIC
+    assert devices.DEVICE_KINDS["npu"].determinism_env["ATB_LLM_LCOC_ENABLE"] == "0"
 
 
 def _fake_torch_npu(root, emulation_text: str | None):

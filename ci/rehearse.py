@@ -49,7 +49,8 @@ MODEL_VARIABLES = {"QWEN3_0_6B_PATH": "tiny-qwen3", "QWEN3_8B_PATH": "tiny-qwen3
 #: one row per lane (`--rows one`): each lane's markers pick its own from this union; rows that need no MindSpeed
 #: where the rehearsal has none
 ONE_ROW_PER_LANE = ("tiny-qwen3/fsdp2/dp2/bf16/npu or tiny-qwen3/fsdp2/dp2/fp32/npu or "
-                    "qwen3-0-6b/fsdp2/dp8/bf16/npu or qwen3-8b/fsdp2/dp8/bf16/npu+a3")
+                    "qwen3-0-6b/fsdp2/dp8/bf16/npu or qwen3-8b/fsdp2/dp8/bf16/npu+a3 or "
+                    "tiny-qwen3/fsdp2/dp4-2nodes/fp32/npu")
 #: the goldens those rows reference (scenarios/goldens.yaml ids on the rehearsal's device)
 GOLDEN_ROWS = "qwen3-8b/fsdp2/dp8/bf16/cpu"
 

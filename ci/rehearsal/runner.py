@@ -173,7 +173,7 @@ class JobRun:
                 "GITHUB_REPOSITORY": self.stage.repository, "GITHUB_RUN_ID": self.stage.run_id,
                 "GITHUB_EVENT_NAME": self.stage.event, "GITHUB_SHA": self._sha(), "GITHUB_REF": "refs/heads/main",
                 "GITHUB_API_URL": "http://127.0.0.1:9", "GITHUB_SERVER_URL": "https://github.com",
-                "TMPDIR": str(self.temp), **{k: os.environ[k] for k in _TRUST if k in os.environ},
+                **{k: os.environ[k] for k in _TRUST if k in os.environ},
                 **self.stage.runner_env}
         container = self.job.get("container")
         if container is None and runs_on in self.stage.self_hosted:

@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a local tree standing in for a GitHub repository (checkout, git clone)")
     parser.add_argument("--jobs", help="only these jobs of either workflow, comma-separated (the others skip)")
     parser.add_argument("--no-goldens", action="store_true", help="do not rehearse goldens.yml first")
+    parser.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
+                        help="a repository variable as a night may have it (NAME= is an unset one: GitHub gives '')")
     parser.add_argument("--time-scale", type=float, default=0.25,
                         help="jobs' timeout-minutes times this (the rows are CPU-sized)")
     args = parser.parse_args(argv)
@@ -213,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     pinned = published_goldens(stage.releases)
     nightly = load(args.repo / ".github" / "workflows" / "nightly.yml")
     given = {"device": "npu"} | ({"k": ONE_ROW_PER_LANE} if args.rows == "one" else {})
-    stage.variables = {**variables, **pinned}
+    given_vars = dict(item.partition("=")[::2] for item in args.var)
+    stage.variables = {**variables, **pinned, **given_vars}
     stage.inputs = dispatch_defaults(nightly, given)
     print(f"== nightly.yml (goldens pinned: {pinned or 'none'})", flush=True)
     results += run_workflow(stage, nightly)

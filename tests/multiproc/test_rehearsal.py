@@ -106,3 +106,23 @@ def test_one_stacks_smoke_failure_leaves_the_other_stacks_lanes_running(tmp_path
     assert any(line.startswith("ok   strict (current") for line in lines), done.stdout[-4000:]
     assert any(line.startswith("FAIL strict (core012") for line in lines), done.stdout[-4000:]
     assert "smoke (core012) did not pass" in done.stdout
+
+
+#: a night's repository variables -> (the rehearsal's arguments, the job that must fail, a line that says why)
+NIGHTS = {
+    # an unset variable reads as "": the row names the variable (Path("") was the working directory)
+    "an unset model path": (("--var", "QWEN3_0_6B_PATH="), "ascend (a2b3-8", "QWEN3_0_6B_PATH is empty"),
+    # no golden recorded or pinned: the big lane is red and says "no golden" first
+    "no golden pinned": ((), "ascend (a3-16", "no golden: 1 row of lane a3-16 not run"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NIGHTS))
+def test_a_night_without_what_it_needs_is_red_and_says_why(tmp_path, name):
+    _trees()
+    args, job, why = NIGHTS[name]
+    done = rehearse(ROOT, tmp_path / "work", "--no-goldens", "--jobs", "prepare,smoke,goldens,ascend", *args)
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED: job")]
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert any(line.startswith(f"FAILED: job {job}") for line in failed), failed
+    assert why in done.stdout, done.stdout[-4000:]

@@ -304,3 +304,12 @@ class mstx:
     @staticmethod
     def mark(message, stream=None):
         return None
+
+
+# torch_npu.npu.random.* and its names here, as torch_npu/npu/__init__.py re-exports them (`from .random import *`):
+# transfer_to_npu maps torch.cuda.random and torch.cuda.get_rng_state & co. onto them
+from . import random  # noqa: E402
+
+get_rng_state, set_rng_state = random.get_rng_state, random.set_rng_state
+get_rng_state_all, set_rng_state_all = random.get_rng_state_all, random.set_rng_state_all
+seed, seed_all, initial_seed = random.seed, random.seed_all, random.initial_seed

@@ -153,12 +153,21 @@ def _to_npu(value, ints: bool):
     return value
 
 
+def _refuse_pinned(name):
+    """Pinned host memory for the npu (Megatron: `torch.tensor(..., pin_memory=True).cuda(non_blocking=True)`,
+    rope_utils.py get_pos_emb_on_this_cp_rank) needs the device's pinned allocator; the emulation's PrivateUse1 hooks
+    have none (_device.py), and torch would fail with a message about its hooks interface: refused here instead."""
+    refuse(f"contrib.transfer_to_npu ({name})", "pinned host memory for the npu (no pinned allocator)")
+
+
 def _wrap_cuda(fn):
     if getattr(fn, "_emulated_transfer", False):
         return fn
 
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
+        if kwargs.get("pin_memory") or fn.__name__ in ("pin_memory", "_pin_memory"):
+            _refuse_pinned(fn.__name__)
         ints = fn.__name__ in ("to", "to_empty")
         args = tuple(_to_npu(a, ints) for a in args)
         for key in DEVICE_KWARGS:

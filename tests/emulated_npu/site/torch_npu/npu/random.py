@@ -31,7 +31,10 @@ def _card(device) -> int:
     if isinstance(device, str):
         device = torch.device(device)
     if isinstance(device, torch.device):
-        if device.type != "npu":
+        # 'cuda' too: Megatron-Core's RNG tracker calls torch.cuda.random.get_rng_state(device="cuda")
+        # (tensor_parallel/random.py _get_cuda_rng_state), which transfer_to_npu hands here unchanged, and MindSpeed,
+        # which runs that tracker on the device, does not patch it: the device's torch_npu takes it as the current card
+        if device.type not in ("npu", "cuda"):
             refuse("npu.random", f"device {device!r} (an npu device)")
         index = device.index if device.index is not None else _CURRENT[0]
     else:

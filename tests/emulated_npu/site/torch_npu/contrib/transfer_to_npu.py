@@ -235,10 +235,18 @@ def _patch_cuda():
             PATCHES[f"torch.cuda.{name}"] = "refused"
     for name in _npu.random.__all__:
         setattr(cuda.random, name, getattr(_npu.random, name))
-    # ['cuda.amp', torch_npu.npu.amp] and its submodules: the emulation has no torch_npu.npu.amp (CPU autocast
-    # stands in for the npu's, _device.py), so torch.cuda.amp's public names refuse
+    # ['cuda.amp', torch_npu.npu.amp] and its submodules: torch_npu.npu.amp's autocast / custom_fwd / custom_bwd
+    # are the 'npu' device type's (torch_npu/npu/amp/autocast_mode.py), which the emulation runs as CPU autocast
+    # (_device.py); MindSpeed decorates its autograd Functions with torch.cuda.amp.custom_fwd at import
+    # (e.g. mindspeed/core/tensor_parallel/tp_2d/layernorm_2d.py). The rest of torch.cuda.amp (GradScaler...) refuses
+    amp = {"autocast": functools.partial(torch.autocast, "npu"),
+           "custom_fwd": functools.partial(torch.amp.custom_fwd, device_type="npu"),
+           "custom_bwd": functools.partial(torch.amp.custom_bwd, device_type="npu")}
     for name in [n for n in dir(cuda.amp) if not n.startswith("_")]:
-        if callable(getattr(cuda.amp, name)) and not isinstance(getattr(cuda.amp, name), type(os)):
+        if name in amp:
+            setattr(cuda.amp, name, amp[name])
+            PATCHES[f"torch.cuda.amp.{name}"] = "npu"
+        elif callable(getattr(cuda.amp, name)) and not isinstance(getattr(cuda.amp, name), type(os)):
             setattr(cuda.amp, name, Refused(f"torch.cuda.amp.{name}", f"torch_npu.npu.amp.{name}"))
             PATCHES[f"torch.cuda.amp.{name}"] = "refused"
     cuda.default_generators = _NoCudaGenerators()

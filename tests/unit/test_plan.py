@@ -23,7 +23,8 @@ def test_plan_for_a_two_node_npu_job(write_yaml, capsys):
                 f"--rdzv-endpoint=10.0.0.1:6000") in out
         assert f"--node-rank {node} --master-addr 10.0.0.1 --master-port 6000" in out
     assert out.count("ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7") == 2
-    assert "HCCL_DETERMINISTIC=true CLOSE_MATMUL_K_SHIFT=1 ATB_MATMUL_SHUFFLE_K_ENABLE=0 LCCL_DETERMINISTIC=1 ATB_LLM_LCOC_ENABLE=0" in out
+    assert ("HCCL_DETERMINISTIC=true CLOSE_MATMUL_K_SHIFT=1 ATB_MATMUL_SHUFFLE_K_ENABLE=0 LCCL_DETERMINISTIC=1 "
+            "ATB_LLM_LCOC_ENABLE=0") in out
     assert "here: would SKIP (device npu: torch_npu is not installed" in out
 
 

@@ -14,8 +14,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-
-SITE = REPO / "tests" / "emulated_npu" / "site"
+from tests.unit.emulated_probe import SITE, run_probe
 
 PROBE = r"""
 import json, torch, torch_npu
@@ -46,10 +45,7 @@ print(json.dumps(found))
 
 
 def _probe(**env: str) -> dict:
-    clean = {k: v for k, v in os.environ.items() if k not in ("PARITY_EMULATED_NPU_CARDS", "ASCEND_RT_VISIBLE_DEVICES")}
-    path = os.pathsep.join([str(SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-    done = subprocess.run([sys.executable, "-c", PROBE], env={**clean, "PYTHONPATH": path, **env}, cwd=REPO,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = run_probe(PROBE, **env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

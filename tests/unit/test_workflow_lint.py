@@ -122,8 +122,8 @@ CONTRACT = {
                        "2 workers run scenarios at once but PARITY_HCCL_"),
     "overlapping_ranges": ("hccl_host_ports: 60000-60099 60100-60199", "hccl_host_ports: 60000-60150 60100-60199",
                            "ascend-contract", "PARITY_HCCL_HOST_PORTS ranges overlap"),
-    "no_hccl_timeouts": ("    timeout-minutes: 200\n    env:\n      HCCL_CONNECT_TIMEOUT: \"600\"\n"
-                         "      HCCL_EXEC_TIMEOUT: \"1200\"\n", "    timeout-minutes: 200\n", "ascend-contract",
+    "no_hccl_timeouts": ("      HCCL_CONNECT_TIMEOUT: \"1500\"\n      HCCL_EXEC_TIMEOUT: \"1200\"\n", "",
+                         "ascend-contract",
                          "sets no HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT"),
     "exec_timeout_above_scenarios": ('      HCCL_EXEC_TIMEOUT: "240"\n', '      HCCL_EXEC_TIMEOUT: "300"\n',
                                      "ascend-contract", "HCCL_EXEC_TIMEOUT 300 s is not below the shortest scenario"),

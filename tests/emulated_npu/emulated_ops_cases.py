@@ -380,23 +380,12 @@ def test_ring_style_blockwise_merge_and_grad(tnpu):
     blocks = [(k[:, :, :s], v[:, :, :s], torch.zeros(1, 1, s, s, dtype=torch.bool)), (k[:, :, s:], v[:, :, s:], second)]
     outs = [tnpu.npu_fusion_attention(q, kb, vb, n, "BNSD", atten_mask=m, scale=scale, sparse_mode=1)[:3]
             for kb, vb, m in blocks]
-    (o1, m1, l1), (o2, m2, l2) = outs
-    mx = torch.maximum(m1, m2)
-    w1, w2 = l1 * torch.exp(m1 - mx), l2 * torch.exp(m2 - mx)
-    tot = w1 + w2
-    merged = o1 * (w1 / tot)[..., :1] + o2 * (w2 / tot)[..., :1]
+    merged, mx, tot = merge(outs, "online_softmax")
     keep = torch.cat([torch.ones(s, s, dtype=torch.bool), ~second[0, 0]], dim=1)
     qr, kr, vr = (x.clone().requires_grad_(True) for x in (q, k, v))
     ref = sdpa_ref(qr, kr, vr, keep, scale)
     torch.testing.assert_close(merged, ref, atol=1e-5, rtol=1e-5)
-    dy = torch.randn_like(ref)
-    ref.backward(dy)
-    grads = [tnpu.npu_fusion_attention_grad(q, kb, vb, dy, n, "BNSD", atten_mask=m, softmax_max=mx, softmax_sum=tot,
-                                            attention_in=merged, scale_value=scale, sparse_mode=1)
-             for kb, vb, m in blocks]
-    torch.testing.assert_close(grads[0][0] + grads[1][0], qr.grad, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(torch.cat([grads[0][1], grads[1][1]], 2), kr.grad, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(torch.cat([grads[0][2], grads[1][2]], 2), vr.grad, atol=1e-5, rtol=1e-4)
+    assert_block_grads(tnpu, q, blocks, (merged, mx, tot), ref, (qr, kr, vr), n, scale)
 
 
 # --- the op reference's edges (docs/ascend.md, "The emulated ops against the op reference"): each refusal next to
@@ -568,6 +557,21 @@ def merge(blocks, how):
     return out, mx, tot
 
 
+def assert_block_grads(tnpu, q, blocks, merged_stats, ref, leaves, n, scale):
+    """Each KV block's grad from the MERGED output and statistics (as ring_context_parallel.py hands them to
+    npu_fusion_attention_grad) against autograd through full attention (`ref` over `leaves` q, k, v)."""
+    merged, mx, tot = merged_stats
+    qr, kr, vr = leaves
+    dy = torch.randn_like(ref)
+    ref.backward(dy)
+    grads = [tnpu.npu_fusion_attention_grad(q, kb, vb, dy, n, "BNSD", atten_mask=m, softmax_max=mx, softmax_sum=tot,
+                                            attention_in=merged, scale_value=scale, sparse_mode=1)
+             for kb, vb, m in blocks]
+    torch.testing.assert_close(grads[0][0] + grads[1][0], qr.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(torch.cat([grads[0][1], grads[1][1]], 2), kr.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(torch.cat([grads[0][2], grads[1][2]], 2), vr.grad, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("masked", ["whole_block", "some_rows"])
 @pytest.mark.parametrize("first", ["masked_block", "live_block"])
 def test_online_softmax_merge_discards_a_fully_masked_block_and_naive_merges_do_not(tnpu, masked, first):
@@ -597,14 +601,7 @@ def test_online_softmax_merge_discards_a_fully_masked_block_and_naive_merges_do_
     torch.testing.assert_close(merged, ref, atol=1e-5, rtol=1e-5)
     for naive in ("sum", "mean"):
         assert (merge(outs, naive)[0] - ref).abs().max() > 1e3, naive
-    dy = torch.randn_like(ref)
-    ref.backward(dy)
-    grads = [tnpu.npu_fusion_attention_grad(q, kb, vb, dy, n, "BNSD", atten_mask=m, softmax_max=mx, softmax_sum=tot,
-                                            attention_in=merged, scale_value=scale, sparse_mode=1)
-             for kb, vb, m in blocks]
-    torch.testing.assert_close(grads[0][0] + grads[1][0], qr.grad, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(torch.cat([grads[0][1], grads[1][1]], 2), kr.grad, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(torch.cat([grads[0][2], grads[1][2]], 2), vr.grad, atol=1e-5, rtol=1e-4)
+    assert_block_grads(tnpu, q, blocks, (merged, mx, tot), ref, (qr, kr, vr), n, scale)
 
 
 def test_fusion_attention_tnd_takes_trailing_zeros(tnpu):
